@@ -1,0 +1,46 @@
+"""Content-addressed, persistent storage of encoded task results.
+
+``storage`` knows about bytes, digests and files; it imports neither ``client_lib`` nor
+``cache_server``. Start with :class:`LocalStorage` (one data directory, routing by kind and
+size) or a single backend (:class:`BlobStore`, :class:`ZarrArrayStore`); all implement
+:class:`ObjectStore`.
+"""
+
+from storage._blob import BlobStore
+from storage._local import ZARR_MIN_BYTES, LocalStorage
+from storage._zarr import ZarrArrayStore
+from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
+from storage.errors import (
+    BodySizeMismatch,
+    CorruptObject,
+    DigestMismatch,
+    InvalidBody,
+    InvalidHeader,
+    ObjectNotFound,
+    StorageError,
+)
+from storage.header import KINDS, ObjectHeader, content_digest, is_digest
+
+__all__ = [
+    "KINDS",
+    "ZARR_MIN_BYTES",
+    "BlobStore",
+    "BodySizeMismatch",
+    "Buffer",
+    "CorruptObject",
+    "DigestMismatch",
+    "InvalidBody",
+    "InvalidHeader",
+    "LocalStorage",
+    "ObjectHeader",
+    "ObjectNotFound",
+    "ObjectStore",
+    "PutResult",
+    "Sidecar",
+    "StorageError",
+    "StoredObject",
+    "TaskReference",
+    "ZarrArrayStore",
+    "content_digest",
+    "is_digest",
+]

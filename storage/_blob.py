@@ -1,0 +1,55 @@
+"""Blob backend: any object as one file holding exactly the bytes its digest covers.
+
+The file is ``kind\\ndtype\\nshape\\n`` followed by the body, i.e. the digest's preimage: it is
+self-describing (small arrays keep their dtype and shape in this header, no pickle) and
+``xxh3_128(file) == digest``. Writing is a plain sequential file write (DESIGN.md section 10:
+~0.1 ms for a small array against ~4 ms for a Zarr array).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from storage._body import BodyReader
+from storage._directory import DirectoryStore
+from storage.base import Sidecar
+from storage.errors import CorruptObject
+from storage.header import ObjectHeader
+
+__all__ = ["BlobStore"]
+
+BLOB_NAME = "blob"
+
+
+class BlobStore(DirectoryStore):
+    """Objects of any kind as single files. Reads hold the whole object in memory once."""
+
+    name = "blob"
+
+    def accepts(self, header: ObjectHeader) -> bool:
+        return True
+
+    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
+        with open(directory / BLOB_NAME, "wb", buffering=0) as f:
+            f.write(header.digest_prefix())
+            for view in body:
+                while view:
+                    written = f.write(view)
+                    view = view[written:]
+
+    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
+        with open(directory / BLOB_NAME, "rb", buffering=0) as f:
+            size = os.fstat(f.fileno()).st_size
+            buffer = bytearray(size)
+            view = memoryview(buffer)
+            filled = 0
+            while filled < size:
+                n = f.readinto(view[filled:])
+                if not n:
+                    break
+                filled += n
+        prefix = sidecar.header.digest_prefix()
+        if filled != size or view[: len(prefix)] != prefix:
+            raise CorruptObject(f"blob {sidecar.digest} does not start with its header")
+        return view[len(prefix) :]

@@ -1,0 +1,191 @@
+"""Shared machinery of the local backends: one directory per object.
+
+Layout under a backend's root::
+
+    <root>/<digest[:2]>/<digest>/sidecar.json   the sidecar
+    <root>/<digest[:2]>/<digest>/...            the backend's payload (a blob file, a Zarr array)
+    <root>/.tmp/                                writes in progress, deletions being removed
+
+An object is written completely under ``.tmp``, fsynced, and renamed into place, so its
+directory appears (and, on delete, disappears) atomically together with its sidecar.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import abstractmethod
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import xxhash
+
+from storage._atomic import (
+    fsync_dir,
+    fsync_tree,
+    new_temp_dir,
+    publish_dir,
+    remove_dir,
+    replace_file,
+)
+from storage._body import BodyReader
+from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
+from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
+from storage.header import ObjectHeader, is_digest
+
+__all__ = ["DirectoryStore"]
+
+SIDECAR_NAME = "sidecar.json"
+
+
+class DirectoryStore(ObjectStore):
+    """An :class:`ObjectStore` keeping each object in its own directory under ``root``.
+
+    Subclasses write and read the payload (:meth:`_write_payload`, :meth:`_read_payload`);
+    this class does digests, sidecars, atomic publish and delete. Thread-safe: publishing,
+    sidecar rewrites and deletes are serialised by one lock per store, while the expensive
+    parts (writing, fsyncing, reading, hashing) run outside it. Several processes may read one
+    root; writers in several processes are safe for objects, but concurrent sidecar updates of
+    the same object from two processes can lose a task reference.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.root)!r})"
+
+    # -- payload, per backend ---------------------------------------------------------------
+
+    @abstractmethod
+    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
+        """Write the whole body (iterate ``body`` to the end) into the empty ``directory``."""
+
+    @abstractmethod
+    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
+        """Read the body back; raise ``FileNotFoundError`` if it is gone."""
+
+    # -- ObjectStore ------------------------------------------------------------------------
+
+    def object_path(self, digest: str) -> Path:
+        """The directory of the object ``digest`` (which may not exist)."""
+        if not is_digest(digest):
+            raise ObjectNotFound(digest)
+        return self.root / digest[:2] / digest
+
+    def put(
+        self,
+        header: ObjectHeader,
+        chunks: Iterable[Buffer],
+        *,
+        digest: str,
+        task: TaskReference,
+        type_name: str | None = None,
+    ) -> PutResult:
+        if not self.accepts(header):
+            raise InvalidHeader(f"{self.name} store cannot hold {header}")
+        if not is_digest(digest):
+            raise InvalidHeader(f"not a content digest: {digest!r}")
+        body = BodyReader(header, chunks, digest)
+        final = self.object_path(digest)
+        if final.is_dir():
+            # Already stored: the body must still prove it is what it claims to be.
+            body.drain()
+            body.verify()
+            return PutResult(self.add_task(digest, task), created=False)
+        temp = new_temp_dir(self.root, "put")
+        try:
+            self._write_payload(temp, header, body)
+            body.verify()
+            sidecar = Sidecar(
+                digest=digest,
+                header=header,
+                storage=self.name,
+                nbytes=body.nbytes,
+                type=type_name,
+                created=task.created or time.time(),
+                tasks={task.task_hash: task},
+            )
+            (temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
+            fsync_tree(temp)
+            with self._lock:
+                if publish_dir(temp, final):
+                    return PutResult(sidecar, created=True)
+                return PutResult(self._add_task_locked(digest, task), created=False)
+        finally:
+            remove_dir(temp)
+
+    def get(self, digest: str) -> StoredObject:
+        sidecar = self.sidecar(digest)
+        try:
+            body = self._read_payload(self.object_path(digest), sidecar)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(digest) from exc
+        hasher = xxhash.xxh3_128(sidecar.header.digest_prefix())
+        hasher.update(body)
+        actual = hasher.hexdigest()
+        if actual != digest or body.nbytes != sidecar.nbytes:
+            raise DigestMismatch(digest, actual)
+        return StoredObject(sidecar, body)
+
+    def sidecar(self, digest: str) -> Sidecar:
+        directory = self.object_path(digest)
+        try:
+            raw = (directory / SIDECAR_NAME).read_bytes()
+        except FileNotFoundError as exc:
+            if directory.is_dir():
+                raise CorruptObject(f"object {digest} has no sidecar") from exc
+            raise ObjectNotFound(digest) from exc
+        try:
+            sidecar = Sidecar.loads(raw)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptObject(f"unreadable sidecar of {digest}: {exc}") from exc
+        if sidecar.digest != digest:
+            raise CorruptObject(f"sidecar of {digest} names {sidecar.digest}")
+        return sidecar
+
+    def exists(self, digest: str) -> bool:
+        return is_digest(digest) and self.object_path(digest).is_dir()
+
+    def delete(self, digest: str) -> bool:
+        directory = self.object_path(digest)
+        with self._lock:
+            if not directory.is_dir():
+                return False
+            # Rename first so the object disappears atomically, then remove it at leisure.
+            doomed = new_temp_dir(self.root, "delete")
+            directory.rename(doomed / digest)
+            fsync_dir(directory.parent)
+        remove_dir(doomed)
+        return True
+
+    def digests(self) -> Iterator[str]:
+        for fan_out in sorted(self.root.iterdir()):
+            if len(fan_out.name) != 2 or not fan_out.is_dir():
+                continue
+            for entry in sorted(fan_out.iterdir()):
+                if is_digest(entry.name) and entry.name.startswith(fan_out.name):
+                    yield entry.name
+
+    def add_task(self, digest: str, task: TaskReference) -> Sidecar:
+        with self._lock:
+            return self._add_task_locked(digest, task)
+
+    def remove_task(self, digest: str, task_hash: str) -> Sidecar:
+        with self._lock:
+            sidecar = self.sidecar(digest)
+            if task_hash not in sidecar.tasks:
+                return sidecar
+            updated = sidecar.without_task(task_hash)
+            replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
+            return updated
+
+    def _add_task_locked(self, digest: str, task: TaskReference) -> Sidecar:
+        sidecar = self.sidecar(digest)
+        if task.task_hash in sidecar.tasks:
+            return sidecar
+        updated = sidecar.with_task(task)
+        replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
+        return updated

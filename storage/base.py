@@ -1,0 +1,247 @@
+"""The interface every storage backend implements, and the records it returns.
+
+A store maps a content digest (see :mod:`storage.header`) to one immutable object: an encoded
+body plus a JSON sidecar. The sidecar names the object's kind, dtype, shape, size and type, and
+the task hashes that were stored with it, so the Redis index can be rebuilt from storage alone.
+Which task hashes reference an object at run time is the index's business; the sidecar's copy
+exists for rebuilding.
+
+Callers test capability flags (``supports_deletes``, ``supports_lazy_arrays``) rather than
+classes. Convenience methods (:meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built
+here once from the abstract primitives.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from storage.errors import ObjectNotFound
+from storage.header import ObjectHeader
+
+__all__ = [
+    "Buffer",
+    "ObjectStore",
+    "PutResult",
+    "Sidecar",
+    "StoredObject",
+    "TaskReference",
+]
+
+#: Anything :func:`memoryview` accepts: a piece of an object's body.
+Buffer = bytes | bytearray | memoryview
+
+SIDECAR_FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskReference:
+    """One task result that is stored as this object."""
+
+    task_hash: str
+    label: str = ""
+    compute_seconds: float = 0.0
+    created: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "compute_seconds": self.compute_seconds,
+            "created": self.created,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Sidecar:
+    """The small JSON record kept beside every object.
+
+    ``storage`` is the backend's name (``blob`` or ``zarr``); ``nbytes`` is the length of the
+    encoded body (not of the files on disk); ``tasks`` maps each referencing task hash to its
+    :class:`TaskReference`, first store first.
+    """
+
+    digest: str
+    header: ObjectHeader
+    storage: str
+    nbytes: int
+    type: str | None
+    created: float
+    tasks: Mapping[str, TaskReference] = field(default_factory=dict)
+
+    def with_task(self, task: TaskReference) -> Sidecar:
+        tasks = dict(self.tasks)
+        tasks.setdefault(task.task_hash, task)
+        return _replace_tasks(self, tasks)
+
+    def without_task(self, task_hash: str) -> Sidecar:
+        tasks = {h: t for h, t in self.tasks.items() if h != task_hash}
+        return _replace_tasks(self, tasks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": SIDECAR_FORMAT,
+            "digest": self.digest,
+            "kind": self.header.kind,
+            "storage": self.storage,
+            "nbytes": self.nbytes,
+            "dtype": self.header.dtype if self.header.is_array else None,
+            "shape": list(self.header.shape) if self.header.shape is not None else None,
+            "type": self.type,
+            "created": self.created,
+            "tasks": {h: t.to_json() for h, t in self.tasks.items()},
+        }
+
+    def dumps(self) -> bytes:
+        return json.dumps(self.to_json(), separators=(",", ":")).encode()
+
+    @classmethod
+    def loads(cls, raw: bytes) -> Sidecar:
+        """Parse a sidecar; raises ``ValueError`` (or ``KeyError``/``TypeError``) if malformed."""
+        data = json.loads(raw)
+        if data.get("format") != SIDECAR_FORMAT:
+            raise ValueError(f"unknown sidecar format {data.get('format')!r}")
+        if data["kind"] == "ndarray":
+            header = ObjectHeader.array(data["dtype"], data["shape"])
+        else:
+            header = ObjectHeader.pickle()
+        tasks = {
+            h: TaskReference(h, t["label"], float(t["compute_seconds"]), float(t["created"]))
+            for h, t in data["tasks"].items()
+        }
+        return cls(
+            digest=data["digest"],
+            header=header,
+            storage=data["storage"],
+            nbytes=int(data["nbytes"]),
+            type=data["type"],
+            created=float(data["created"]),
+            tasks=MappingProxyType(tasks),
+        )
+
+
+def _replace_tasks(sidecar: Sidecar, tasks: dict[str, TaskReference]) -> Sidecar:
+    return Sidecar(
+        sidecar.digest,
+        sidecar.header,
+        sidecar.storage,
+        sidecar.nbytes,
+        sidecar.type,
+        sidecar.created,
+        MappingProxyType(tasks),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An object read back and verified against its digest.
+
+    ``body`` is exactly the encoded body (raw C-order bytes for arrays, the pickle for
+    pickles); it may be a view into a larger buffer, so slice it rather than copy it.
+    """
+
+    sidecar: Sidecar
+    body: memoryview
+
+    def array(self) -> np.ndarray:
+        """The body as a read-only numpy array of the header's dtype and shape."""
+        header = self.sidecar.header
+        flat = np.frombuffer(self.body, dtype=header.numpy_dtype)
+        return flat.reshape(header.shape)
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """What :meth:`ObjectStore.put` did: ``created`` is False when the object already existed."""
+
+    sidecar: Sidecar
+    created: bool
+
+
+class ObjectStore(ABC):
+    """Content-addressed objects with sidecars: the one interface every backend implements.
+
+    Contract (checked by ``tests/storage/contract.py`` for every backend):
+
+    - ``put`` consumes the body as an iterable of buffers, hashes it while writing, and
+      publishes the object only if the body matches ``digest`` (and, for arrays, dtype and
+      shape). On any failure, including an exception raised by the iterable itself, nothing is
+      left visible and the error propagates. Putting an existing digest verifies the body,
+      adds the task reference and keeps the stored object.
+    - ``get`` verifies the digest of everything it returns; a corrupt object raises
+      :class:`~storage.errors.CorruptObject`, a missing one
+      :class:`~storage.errors.ObjectNotFound`.
+    - Objects appear and disappear atomically: readers see the whole object or none.
+    - Every method is safe to call from several threads of one process at once.
+    """
+
+    #: The name recorded in sidecars and manifests (``blob``, ``zarr``).
+    name: ClassVar[str]
+    supports_deletes: ClassVar[bool] = True
+    #: Whether stored arrays can be opened lazily (e.g. as Zarr arrays for ``dask.array``).
+    supports_lazy_arrays: ClassVar[bool] = False
+
+    @abstractmethod
+    def accepts(self, header: ObjectHeader) -> bool:
+        """Whether this backend can hold objects with this header."""
+
+    @abstractmethod
+    def put(
+        self,
+        header: ObjectHeader,
+        chunks: Iterable[Buffer],
+        *,
+        digest: str,
+        task: TaskReference,
+        type_name: str | None = None,
+    ) -> PutResult:
+        """Store the body ``chunks`` under ``digest``; see the class contract.
+
+        Raises :class:`~storage.errors.DigestMismatch`, :class:`~storage.errors.BodySizeMismatch`
+        or :class:`~storage.errors.InvalidHeader` (``accepts`` is false) and publishes nothing.
+        """
+
+    @abstractmethod
+    def get(self, digest: str) -> StoredObject:
+        """Read and verify an object."""
+
+    @abstractmethod
+    def sidecar(self, digest: str) -> Sidecar:
+        """The object's sidecar, without reading or verifying the body."""
+
+    @abstractmethod
+    def exists(self, digest: str) -> bool:
+        """Whether a complete object is stored under ``digest`` (not verified)."""
+
+    @abstractmethod
+    def delete(self, digest: str) -> bool:
+        """Remove the object; False if there was none. Atomic for readers."""
+
+    @abstractmethod
+    def digests(self) -> Iterator[str]:
+        """Every stored digest, in no particular order (for reindex and gc)."""
+
+    @abstractmethod
+    def add_task(self, digest: str, task: TaskReference) -> Sidecar:
+        """Record one more task hash in the object's sidecar (durably)."""
+
+    @abstractmethod
+    def remove_task(self, digest: str, task_hash: str) -> Sidecar:
+        """Drop a task hash from the object's sidecar (durably); the object stays."""
+
+    def size(self, digest: str) -> int:
+        """Length of the encoded body in bytes."""
+        return self.sidecar(digest).nbytes
+
+    def sidecars(self) -> Iterator[Sidecar]:
+        """The sidecar of every stored object; objects deleted meanwhile are skipped."""
+        for digest in self.digests():
+            try:
+                yield self.sidecar(digest)
+            except ObjectNotFound:
+                continue

@@ -1,0 +1,320 @@
+"""The behaviour every :class:`storage.ObjectStore` must show.
+
+Each backend's test module subclasses :class:`StoreContract` and provides a ``store`` fixture;
+the same tests then run against every implementation (like zarr-python's store tests).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from storage import (
+    BodySizeMismatch,
+    CorruptObject,
+    DigestMismatch,
+    InvalidBody,
+    InvalidHeader,
+    ObjectHeader,
+    ObjectNotFound,
+    ObjectStore,
+    TaskReference,
+    content_digest,
+)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An encoded value as the client would send it."""
+
+    header: ObjectHeader
+    body: bytes
+    digest: str
+
+    def chunks(self, size: int = 1000) -> list[bytes]:
+        return [self.body[i : i + size] for i in range(0, len(self.body), size)]
+
+
+def encode_array(value: np.ndarray) -> Encoded:
+    header = ObjectHeader.array(value.dtype, value.shape)
+    body = np.ascontiguousarray(value).tobytes()
+    return Encoded(header, body, content_digest(header, body))
+
+
+def encode_pickle(value: object) -> Encoded:
+    header = ObjectHeader.pickle()
+    body = cloudpickle.dumps(value, protocol=5)
+    return Encoded(header, body, content_digest(header, body))
+
+
+def task(n: int = 1, label: str = "step") -> TaskReference:
+    return TaskReference(f"{n:032x}", label, 0.5 * n, 1764460000.0 + n)
+
+
+def payload_files(store: ObjectStore, digest: str) -> list[Path]:
+    """The files of one stored object other than its sidecar, largest first."""
+    directory = store.object_path(digest)  # type: ignore[attr-defined]
+    files = [p for p in directory.rglob("*") if p.is_file() and p.name != "sidecar.json"]
+    return sorted(files, key=lambda p: p.stat().st_size, reverse=True)
+
+
+def visible_files(root: Path) -> list[Path]:
+    """Every file under a store's root outside its temporary areas."""
+    return [p for p in root.rglob("*") if p.is_file() and ".tmp" not in p.relative_to(root).parts]
+
+
+def temporary_leftovers(root: Path) -> list[Path]:
+    """Whatever is left inside a store's temporary areas."""
+    return [p for p in root.rglob(".tmp/*")]
+
+
+def failing_chunks(encoded: Encoded, after: int) -> Iterator[bytes]:
+    for i, chunk in enumerate(encoded.chunks(100)):
+        if i == after:
+            raise ConnectionError("client went away")
+        yield chunk
+
+
+class StoreContract:
+    """Contract tests; subclasses provide the ``store`` fixture (an empty store)."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> ObjectStore:
+        raise NotImplementedError
+
+    def samples(self, store: ObjectStore) -> list[Encoded]:
+        """Values of every kind the store accepts."""
+        rng = np.random.default_rng(0)
+        candidates = [
+            encode_array(rng.standard_normal((20, 30))),
+            encode_array(np.array([b"a\x00", b"", b"\x00\x00"], dtype="S2")),
+            encode_pickle({"a": [1, 2.5, None], "b": ("x", b"y")}),
+        ]
+        accepted = [c for c in candidates if store.accepts(c.header)]
+        assert accepted, "a store must accept at least one sample"
+        return accepted
+
+    def put(self, store: ObjectStore, encoded: Encoded, n: int = 1, type_name: str | None = None):
+        return store.put(
+            encoded.header,
+            encoded.chunks(),
+            digest=encoded.digest,
+            task=task(n),
+            type_name=type_name,
+        )
+
+    def test_capability_flags_are_bools(self, store: ObjectStore) -> None:
+        assert isinstance(store.supports_deletes, bool)
+        assert isinstance(store.supports_lazy_arrays, bool)
+        assert isinstance(store.name, str) and store.name
+
+    def test_round_trip(self, store: ObjectStore) -> None:
+        for encoded in self.samples(store):
+            result = self.put(store, encoded, type_name="builtins.object")
+            assert result.created
+            stored = store.get(encoded.digest)
+            assert bytes(stored.body) == encoded.body
+            sidecar = stored.sidecar
+            assert sidecar.digest == encoded.digest
+            assert sidecar.header == encoded.header
+            assert sidecar.nbytes == len(encoded.body) == store.size(encoded.digest)
+            assert sidecar.type == "builtins.object"
+            assert sidecar.storage in ("blob", "zarr")
+            assert dict(sidecar.tasks) == {task(1).task_hash: task(1)}
+            assert sidecar.created == task(1).created
+            assert store.exists(encoded.digest)
+            assert store.sidecar(encoded.digest) == sidecar
+
+    def test_array_view_of_stored_array(self, store: ObjectStore) -> None:
+        value = np.arange(12, dtype="<i4").reshape(3, 4)
+        encoded = encode_array(value)
+        if not store.accepts(encoded.header):
+            return
+        self.put(store, encoded)
+        np.testing.assert_array_equal(store.get(encoded.digest).array(), value)
+
+    def test_missing_object(self, store: ObjectStore) -> None:
+        digest = "0" * 32
+        assert not store.exists(digest)
+        for call in (store.get, store.sidecar, store.size):
+            with pytest.raises(ObjectNotFound):
+                call(digest)
+        with pytest.raises(ObjectNotFound):
+            store.get("../../etc/passwd")
+        assert not store.exists("not-a-digest")
+
+    def test_wrong_digest_publishes_nothing(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        wrong = content_digest(encoded.header, encoded.body + b"!")
+        with pytest.raises(DigestMismatch):
+            store.put(encoded.header, encoded.chunks(), digest=wrong, task=task())
+        assert not store.exists(wrong) and not store.exists(encoded.digest)
+        assert list(store.digests()) == []
+        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+
+    def test_wrong_array_length_publishes_nothing(self, store: ObjectStore) -> None:
+        encoded = encode_array(np.arange(100, dtype="<u2"))
+        if not store.accepts(encoded.header):
+            return
+        for body in (encoded.body[:-2], encoded.body + b"\x00\x00", b""):
+            digest = content_digest(encoded.header, body)
+            with pytest.raises(BodySizeMismatch):
+                store.put(encoded.header, [body], digest=digest, task=task())
+        assert list(store.digests()) == []
+        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+
+    def test_bool_body_must_be_zeros_and_ones(self, store: ObjectStore) -> None:
+        header = ObjectHeader.array("|b1", (4,))
+        body = b"\x00\x01\x02\x01"
+        with pytest.raises(InvalidBody):
+            store.put(header, [body], digest=content_digest(header, body), task=task())
+        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+
+    def test_failure_mid_write_publishes_nothing(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        with pytest.raises(ConnectionError):
+            store.put(
+                encoded.header, failing_chunks(encoded, after=3), digest=encoded.digest, task=task()
+            )
+        assert not store.exists(encoded.digest)
+        assert list(store.digests()) == []
+        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+
+    def test_leftover_temporary_write_is_invisible(self, store: ObjectStore) -> None:
+        """A crash mid-write leaves a directory under .tmp: never listed, never served."""
+        encoded = self.samples(store)[0]
+        temp = store.root / ".tmp" / f"put-crashed/{encoded.digest}"  # type: ignore[attr-defined]
+        temp.mkdir(parents=True)
+        (temp / "sidecar.json").write_text("{}")
+        assert list(store.digests()) == []
+        assert not store.exists(encoded.digest)
+        assert self.put(store, encoded).created
+
+    def test_put_existing_digest_is_idempotent(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        assert self.put(store, encoded, n=1).created
+        again = self.put(store, encoded, n=2)
+        assert not again.created
+        assert set(again.sidecar.tasks) == {task(1).task_hash, task(2).task_hash}
+        assert set(store.sidecar(encoded.digest).tasks) == set(again.sidecar.tasks)
+        assert not self.put(store, encoded, n=2).created
+        assert list(store.digests()) == [encoded.digest]
+
+    def test_put_existing_digest_still_verifies_the_body(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        self.put(store, encoded)
+        wrong = encoded.body[:-1] + bytes([encoded.body[-1] ^ 1])
+        with pytest.raises(DigestMismatch):
+            store.put(encoded.header, [wrong], digest=encoded.digest, task=task(2))
+        assert set(store.sidecar(encoded.digest).tasks) == {task(1).task_hash}
+        assert bytes(store.get(encoded.digest).body) == encoded.body
+
+    def test_task_references(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        self.put(store, encoded, n=1)
+        store.add_task(encoded.digest, task(3))
+        assert list(store.sidecar(encoded.digest).tasks) == [task(1).task_hash, task(3).task_hash]
+        store.remove_task(encoded.digest, task(1).task_hash)
+        store.remove_task(encoded.digest, task(9).task_hash)  # absent: no error
+        assert list(store.sidecar(encoded.digest).tasks) == [task(3).task_hash]
+        assert bytes(store.get(encoded.digest).body) == encoded.body
+        with pytest.raises(ObjectNotFound):
+            store.add_task("f" * 32, task(1))
+
+    def test_delete(self, store: ObjectStore) -> None:
+        assert store.supports_deletes
+        first, *rest = self.samples(store)
+        self.put(store, first)
+        for encoded in rest:
+            self.put(store, encoded)
+        assert store.delete(first.digest)
+        assert not store.exists(first.digest)
+        with pytest.raises(ObjectNotFound):
+            store.get(first.digest)
+        assert not store.delete(first.digest)
+        assert sorted(store.digests()) == sorted(e.digest for e in rest)
+        assert self.put(store, first).created  # storable again
+
+    def test_iteration(self, store: ObjectStore) -> None:
+        samples = self.samples(store)
+        for n, encoded in enumerate(samples):
+            self.put(store, encoded, n=n)
+        assert sorted(store.digests()) == sorted(e.digest for e in samples)
+        sidecars = {s.digest: s for s in store.sidecars()}
+        assert set(sidecars) == {e.digest for e in samples}
+        for n, encoded in enumerate(samples):
+            assert list(sidecars[encoded.digest].tasks) == [task(n).task_hash]
+
+    def test_corrupt_payload_is_detected(self, store: ObjectStore) -> None:
+        for encoded in self.samples(store):
+            self.put(store, encoded)
+            target = payload_files(store, encoded.digest)[0]
+            data = bytearray(target.read_bytes())
+            data[len(data) // 2] ^= 0x40
+            target.write_bytes(bytes(data))
+            with pytest.raises(CorruptObject):
+                store.get(encoded.digest)
+
+    def test_truncated_payload_is_detected(self, store: ObjectStore) -> None:
+        for encoded in self.samples(store):
+            self.put(store, encoded)
+            target = payload_files(store, encoded.digest)[0]
+            target.write_bytes(target.read_bytes()[:-7])
+            with pytest.raises(CorruptObject):
+                store.get(encoded.digest)
+
+    def test_missing_payload_file_is_detected(self, store: ObjectStore) -> None:
+        """A lost Zarr chunk reads back as fill values: only the digest notices."""
+        for encoded in self.samples(store):
+            self.put(store, encoded)
+            payload_files(store, encoded.digest)[0].unlink()
+            with pytest.raises((CorruptObject, ObjectNotFound)):
+                store.get(encoded.digest)
+
+    def test_corrupt_sidecar_is_detected(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        self.put(store, encoded)
+        (store.object_path(encoded.digest) / "sidecar.json").write_text("{not json")  # type: ignore[attr-defined]
+        with pytest.raises(CorruptObject):
+            store.get(encoded.digest)
+
+    def test_rejects_what_it_does_not_accept(self, store: ObjectStore) -> None:
+        encoded = encode_pickle(object)
+        if store.accepts(encoded.header):
+            return
+        with pytest.raises(InvalidHeader):
+            store.put(encoded.header, [encoded.body], digest=encoded.digest, task=task())
+
+    def test_concurrent_puts_of_one_digest(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        results = []
+        barrier = threading.Barrier(4)
+
+        def put(n: int) -> None:
+            barrier.wait()
+            results.append(self.put(store, encoded, n=n))
+
+        threads = [threading.Thread(target=put, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(r.created for r in results) == 1
+        assert set(store.sidecar(encoded.digest).tasks) == {task(n).task_hash for n in range(4)}
+        assert bytes(store.get(encoded.digest).body) == encoded.body
+
+    def test_created_defaults_to_now(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        before = time.time()
+        store.put(
+            encoded.header, [encoded.body], digest=encoded.digest, task=TaskReference("a" * 32)
+        )
+        assert store.sidecar(encoded.digest).created >= before

@@ -1,0 +1,72 @@
+"""Every backend passes the one contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storage import BlobStore, LocalStorage, ObjectStore, ZarrArrayStore
+from tests.storage.contract import StoreContract, encode_array, encode_pickle, task
+
+# Fixed-width strings have no stable Zarr v3 spec yet; storage accepts that knowingly.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::zarr.core.dtype.common.UnstableSpecificationWarning"
+)
+
+
+class TestBlobStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> ObjectStore:
+        return BlobStore(tmp_path / "blob")
+
+
+class TestZarrArrayStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> ObjectStore:
+        return ZarrArrayStore(tmp_path / "zarr")
+
+
+class TestLocalStorage(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> ObjectStore:
+        return LocalStorage(tmp_path)
+
+    def samples(self, store: ObjectStore) -> list:
+        # Also one array big enough to be routed to Zarr.
+        large = encode_array(np.arange(2**17, dtype="<f8").reshape(256, 512))
+        return [large, *super().samples(store)]
+
+
+def test_routing_by_kind_and_size(tmp_path: Path) -> None:
+    storage = LocalStorage(tmp_path)
+    large = encode_array(np.ones((1024, 128), dtype="<f8"))  # exactly 1 MiB
+    small = encode_array(np.ones((1024, 127), dtype="<f8"))
+    pickled = encode_pickle([1, 2, 3])
+    for n, encoded in enumerate((large, small, pickled)):
+        storage.put(encoded.header, encoded.chunks(), digest=encoded.digest, task=task(n))
+    assert storage.sidecar(large.digest).storage == "zarr"
+    assert storage.sidecar(small.digest).storage == "blob"
+    assert storage.sidecar(pickled.digest).storage == "blob"
+    assert (tmp_path / "objects" / "zarr" / large.digest[:2] / large.digest / "zarr.json").is_file()
+
+
+def test_zarr_objects_open_lazily(tmp_path: Path) -> None:
+    store = ZarrArrayStore(tmp_path)
+    value = np.arange(6000, dtype="<i8").reshape(60, 100)
+    encoded = encode_array(value)
+    store.put(encoded.header, encoded.chunks(), digest=encoded.digest, task=task())
+    array = store.open_array(encoded.digest)
+    np.testing.assert_array_equal(array[10:20, 5], value[10:20, 5])
+
+
+def test_blob_file_is_the_digest_preimage(tmp_path: Path) -> None:
+    import xxhash
+
+    store = BlobStore(tmp_path)
+    encoded = encode_array(np.arange(5, dtype="<i2"))
+    store.put(encoded.header, [encoded.body], digest=encoded.digest, task=task())
+    raw = (store.object_path(encoded.digest) / "blob").read_bytes()
+    assert raw == b"ndarray\n<i2\n[5]\n" + encoded.body
+    assert xxhash.xxh3_128_hexdigest(raw) == encoded.digest
