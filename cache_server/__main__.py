@@ -1,0 +1,5 @@
+"""``python -m cache_server`` is ``dask-cache``."""
+
+from cache_server.cli import main
+
+main()

