@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-LOCK_WAIT_SECONDS = 10.0
+LOCK_WAIT_SECONDS = 5.0
 STOP_WAIT_SECONDS = 30.0
 
 

@@ -60,7 +60,8 @@ def fresh_server(tmp_path: Path, redis_url: str) -> Iterator[FreshServer]:
         server = start_server(
             data_dir or tmp_path / f"server-{len(started)}",
             redis_url=None if embedded else redis_url,
-            redis_prefix=f"test-{uuid.uuid4().hex[:8]}:",
+            # The shared Redis needs a prefix per server; an embedded one is private already.
+            redis_prefix=None if embedded else f"test-{uuid.uuid4().hex[:8]}:",
             env=env,
         )
         started.append(server)
