@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
 from anyio import to_thread
 from fastapi import FastAPI
 from starlette.requests import ClientDisconnect, Request
@@ -21,6 +20,7 @@ from cache_server.embedded_redis import EmbeddedRedis
 from cache_server.errors import install_error_handlers
 from cache_server.index import RedisIndex
 from cache_server.metrics import Metrics, MetricsMiddleware
+from cache_server.redis_client import connect
 from cache_server.routers import entries, health, lookup, objects, stats
 from cache_server.settings import Settings
 from storage import LocalStorage
@@ -43,7 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if redis_url is None:
             embedded = EmbeddedRedis(data_dir / "redis")
             redis_url = await to_thread.run_sync(embedded.start)
-        client = aioredis.from_url(redis_url, decode_responses=True)
+        client = connect(redis_url)
         try:
             index = RedisIndex(
                 client, prefix=settings.redis_prefix, events_maxlen=settings.events_maxlen

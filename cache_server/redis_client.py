@@ -1,0 +1,42 @@
+"""Async Redis clients that pack commands with hiredis.
+
+redis-py's asyncio connections pack every argument in Python (~1 µs each), which dominates a
+100k-hash ``SMISMEMBER`` (about 120 ms of packing against ~60 ms in all with hiredis on this
+machine). The synchronous client already uses hiredis's packer; we give the async
+connection classes the same one.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.connection import HiredisRespSerializer
+from redis.utils import HIREDIS_AVAILABLE
+
+__all__ = ["connect"]
+
+
+class _HiredisPacking:
+    _serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return self._serializer.pack(*args)  # type: ignore[union-attr]
+
+
+@cache
+def _with_hiredis_packing(connection_class: type) -> type:
+    return type(f"Hiredis{connection_class.__name__}", (_HiredisPacking, connection_class), {})
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A client for ``url`` (``redis://``, ``rediss://`` or ``unix://``) that returns strings.
+
+    Connections are made lazily, on first use.
+    """
+    client = aioredis.from_url(url, decode_responses=True)
+    if HIREDIS_AVAILABLE:
+        pool = client.connection_pool
+        pool.connection_class = _with_hiredis_packing(pool.connection_class)
+    return client
