@@ -105,13 +105,13 @@ class RedisIndex:
             result.append(manifest)
         return result
 
-    async def list(
+    async def page(
         self, *, label: str | None, limit: int, cursor: str | None
     ) -> tuple[list[Manifest], str | None]:
         """One page of entries ordered by hash; the cursor is the last hash of the page."""
         key = self._by_hash if label is None else self._label_key(label)
         start = f"({cursor}" if cursor else "-"
-        hashes = await self.redis.zrangebylex(key, start, "+", start=0, num=limit)
+        hashes = [str(h) for h in await self.redis.zrangebylex(key, start, "+", start=0, num=limit)]
         manifests = [m for m in await self.manifests(hashes) if m is not None]
         next_cursor = hashes[-1] if len(hashes) == limit else None
         return manifests, next_cursor
@@ -217,7 +217,7 @@ class RedisIndex:
 
     async def events(self, limit: int) -> list[Event]:
         """The most recent events, newest first."""
-        raw = await self.redis.xrevrange(self._events, count=limit)
+        raw: Any = await self.redis.xrevrange(self._events, count=limit)
         return [Event.model_validate(json.loads(fields["e"])) for _id, fields in raw]
 
     def _add_event(

@@ -8,7 +8,6 @@ connection classes the same one.
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -25,9 +24,14 @@ class _HiredisPacking:
         return self._serializer.pack(*args)  # type: ignore[union-attr]
 
 
-@cache
+_PACKING_CLASSES: dict[type, type] = {}
+
+
 def _with_hiredis_packing(connection_class: type) -> type:
-    return type(f"Hiredis{connection_class.__name__}", (_HiredisPacking, connection_class), {})
+    if connection_class not in _PACKING_CLASSES:
+        name = f"Hiredis{connection_class.__name__}"
+        _PACKING_CLASSES[connection_class] = type(name, (_HiredisPacking, connection_class), {})
+    return _PACKING_CLASSES[connection_class]
 
 
 def connect(url: str) -> aioredis.Redis:

@@ -19,18 +19,21 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RESULT_CACHE_", extra="ignore")
 
     redis_url: str | None = Field(
-        None, description="Redis to use; None starts an embedded redis-server in data_dir/redis"
+        default=None,
+        description="Redis to use; None starts an embedded redis-server in data_dir/redis",
     )
     redis_prefix: str = Field(
-        "rc:", description="prefix of every Redis key (lets servers share one Redis)"
+        default="rc:", description="prefix of every Redis key (lets servers share one Redis)"
     )
     data_dir: Path = Field(
-        Path(".dask-result-cache"), description="objects, and the embedded Redis"
+        default=Path(".dask-result-cache"), description="objects, and the embedded Redis"
     )
     host: str = "127.0.0.1"
-    port: int = Field(8780, ge=0, le=65535)
-    max_body_bytes: int = Field(16 * 2**30, gt=0, description="largest object body accepted")
-    max_lookup_hashes: int = Field(1_000_000, gt=0, description="most hashes in one lookup")
+    port: int = Field(default=8780, ge=0, le=65535)
+    max_body_bytes: int = Field(
+        default=16 * 2**30, gt=0, description="largest object body accepted"
+    )
+    max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     events_maxlen: int = Field(
-        10_000, gt=0, description="events kept (approximately) for /v1/events"
+        default=10_000, gt=0, description="events kept (approximately) for /v1/events"
     )

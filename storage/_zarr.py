@@ -159,7 +159,7 @@ class ZarrArrayStore(DirectoryStore):
         if values.shape != sidecar.header.shape:
             raise CorruptObject(f"Zarr array {sidecar.digest} has shape {values.shape}")
         flat = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
-        return memoryview(flat)
+        return flat.data
 
 
 def _create(

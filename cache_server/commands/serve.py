@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,7 +46,12 @@ def serve(
     from cache_server.app import create_app
     from cache_server.settings import Settings
 
-    overrides = {"host": host, "port": port, "data_dir": data_dir, "redis_url": redis_url}
+    overrides: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "data_dir": data_dir,
+        "redis_url": redis_url,
+    }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     config = uvicorn.Config(
         create_app(settings),

@@ -23,7 +23,7 @@ async def list_entries(
     cursor: Annotated[str | None, Query(pattern=DIGEST_PATTERN)] = None,
 ) -> EntryList:
     """Entries in a stable order; pass ``next_cursor`` back for the next page."""
-    entries, next_cursor = await index.list(label=label, limit=limit, cursor=cursor)
+    entries, next_cursor = await index.page(label=label, limit=limit, cursor=cursor)
     return EntryList(entries=entries, next_cursor=next_cursor)
 
 

@@ -53,6 +53,9 @@ def arrays(draw: st.DrawFn) -> np.ndarray:
     )
     if dtype.kind == "b":  # numpy bools are the bytes 0 and 1 (others are refused)
         raw = bytes(b & 1 for b in raw)
+    if dtype.kind == "U":  # code points above U+10FFFF are not characters (numpy cannot print them)
+        units = np.frombuffer(raw, dtype=np.dtype("u4").newbyteorder(dtype.byteorder))
+        raw = (units % 0x110000).astype(units.dtype).tobytes()
     value = np.frombuffer(raw, dtype=dtype).reshape(shape)
     layout = draw(st.sampled_from(["c", "fortran", "transposed", "strided"]))
     if layout == "fortran":
