@@ -64,6 +64,9 @@ def serve(
     )
     sockets = [socket.socket(fileno=fd)] if fd is not None else None
     server = uvicorn.Server(config)
-    server.run(sockets=sockets)
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:  # uvicorn re-raises Ctrl-C after a clean shutdown
+        pass
     if not server.started:
         raise SystemExit(3)
