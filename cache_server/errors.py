@@ -6,6 +6,8 @@ request-validation errors are translated here, in one place.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -79,6 +81,27 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+#: Errors raised below the HTTP layer, by status. A CorruptObject reaching a handler comes
+#: from an upload whose body does not hash to its announced digest (reads handle corrupt
+#: objects themselves: drop the entry, answer 404).
+_FOREIGN_ERRORS: dict[type[Exception], int] = {
+    InvalidHeader: 422,
+    InvalidBody: 400,
+    CorruptObject: 400,
+    RedisConnectionError: 503,
+    RedisTimeoutError: 503,
+}
+
+
+def _answer_with(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+    async def handler(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+            return _error(status, f"the index (Redis) is unreachable: {exc}")
+        return _error(status, str(exc))
+
+    return handler
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the translations of every error class above (and of Redis outages)."""
 
@@ -90,21 +113,5 @@ def install_error_handlers(app: FastAPI) -> None:
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, _validation_message(exc))
 
-    @app.exception_handler(InvalidHeader)
-    async def invalid_header(request: Request, exc: InvalidHeader) -> JSONResponse:
-        return _error(422, str(exc))
-
-    @app.exception_handler(InvalidBody)
-    async def invalid_body(request: Request, exc: InvalidBody) -> JSONResponse:
-        return _error(400, str(exc))
-
-    @app.exception_handler(CorruptObject)
-    async def corrupt_upload(request: Request, exc: CorruptObject) -> JSONResponse:
-        # Reads handle corrupt objects themselves (drop, then 404); what reaches this handler
-        # is an upload whose body does not hash to its announced digest.
-        return _error(400, str(exc))
-
-    @app.exception_handler(RedisConnectionError)
-    @app.exception_handler(RedisTimeoutError)
-    async def redis_down(request: Request, exc: Exception) -> JSONResponse:
-        return _error(503, f"the index (Redis) is unreachable: {exc}")
+    for error_class, status in _FOREIGN_ERRORS.items():
+        app.add_exception_handler(error_class, _answer_with(status))

@@ -131,3 +131,19 @@ def test_cli_entry_points() -> None:
     )
     assert dask_cli.returncode == 0, dask_cli.stderr
     assert "serve" in dask_cli.stdout
+
+
+def test_redis_outage_is_503_with_a_message(tmp_path: Path) -> None:
+    from tests._servers import RedisProcess
+
+    redis_process = RedisProcess(tmp_path / "redis")
+    with start_server(tmp_path / "data", redis_url=redis_process.url) as server:
+        redis_process.stop()
+        with httpx.Client(base_url=server.url) as client:
+            for response in (
+                client.get("/healthz"),
+                client.post("/v1/lookup", json={"hashes": [new_hash()]}),
+                client.get("/v1/stats"),
+            ):
+                assert response.status_code == 503
+                assert "Redis" in response.json()["detail"]
