@@ -1,0 +1,47 @@
+"""The exceptions of ``client_lib``: one hierarchy, in one module."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CacheEntryUnavailable",
+    "CacheProtocolError",
+    "CacheUnavailable",
+    "ResultCacheError",
+    "VolatileValue",
+]
+
+
+class ResultCacheError(Exception):
+    """Base class of every error raised by ``client_lib``."""
+
+
+class CacheUnavailable(ResultCacheError):
+    """The cache server could not be reached, or answered with a server error."""
+
+
+class CacheProtocolError(ResultCacheError):
+    """The cache server answered something that does not follow the protocol."""
+
+
+class CacheEntryUnavailable(ResultCacheError):
+    """A load task found its entry missing or corrupt.
+
+    Raised on the worker by a load task; ``cached_compute`` catches it, stops trusting
+    ``task_hash`` and recomputes. Picklable, so it crosses process boundaries.
+    """
+
+    def __init__(self, task_hash: str, reason: str) -> None:
+        super().__init__(task_hash, reason)
+        self.task_hash = task_hash
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"cache entry {self.task_hash} unavailable: {self.reason}"
+
+
+class VolatileValue(ResultCacheError):
+    """A value cannot be hashed deterministically, so its task must not be cached."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

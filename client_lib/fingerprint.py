@@ -1,0 +1,398 @@
+"""Function fingerprints: what a callable computes, independent of where it lives in memory.
+
+User code (anything not installed under site-packages and not the standard library) is
+identified by its code: bytecode, constants (nested code recursively), names, defaults,
+keyword defaults, closure cells, and the module-level globals the code references
+(functions recursively with a cycle guard, classes by their methods and attributes,
+constants by value). Library code is identified by module, qualname and the installed
+version of its distribution, so an upgrade invalidates it. DESIGN.md section 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import sys
+import sysconfig
+import types
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from .errors import VolatileValue
+from .normalize import ValueEncoder
+
+__all__ = ["Fingerprinter", "cache_version", "library_version"]
+
+_xxh3 = xxhash.xxh3_128_digest
+
+# Class attributes that are bookkeeping, not behaviour (some appear lazily, e.g. after
+# pickling or an isinstance check against an ABC, so they must never enter a hash).
+_IGNORED_CLASS_ATTRS = frozenset({
+    "__dict__", "__weakref__", "__module__", "__doc__", "__qualname__", "__firstlineno__",
+    "__static_attributes__", "__slotnames__", "__abstractmethods__", "_abc_impl",
+    "__dataclass_fields__", "__dataclass_params__", "__annotations__", "__orig_bases__",
+    "__parameters__", "__match_args__", "__annotate__", "__annotate_func__",
+    "__annotations_cache__", "_member_map_", "_value2member_map_", "_member_names_",
+    "_member_type_", "_unhashable_values_", "_new_member_", "_value_repr_",
+    "__cache_version__",
+})
+
+_PYTHON = f"python-{sys.version_info[0]}.{sys.version_info[1]}"
+_MODULE_TYPE = types.ModuleType
+_FUNCTION_TYPES = (types.FunctionType,)
+_BUILTIN_TYPES = (types.BuiltinFunctionType, types.BuiltinMethodType)
+_DESCRIPTOR_TYPES = (
+    types.MethodDescriptorType, types.WrapperDescriptorType, types.MethodWrapperType,
+    types.ClassMethodDescriptorType, types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+)
+
+
+def cache_version(version: str | int):
+    """Decorator: identify a function by ``version`` instead of by its code.
+
+    For users who want manual control: editing the function no longer invalidates its
+    cached results; changing ``version`` does. Works under ``@dask.delayed`` too::
+
+        @dask.delayed
+        @cache_version("2")
+        def load(path): ...
+    """
+
+    def decorate(func):
+        target = getattr(func, "_obj", func)  # a dask.delayed-wrapped function
+        target.__cache_version__ = str(version)
+        return func
+
+    return decorate
+
+
+@functools.cache
+def _site_dirs() -> tuple[str, ...]:
+    paths = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    return tuple(os.path.realpath(p) + os.sep for p in paths)
+
+
+@functools.cache
+def _stdlib_dirs() -> tuple[str, ...]:
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    return tuple(os.path.realpath(p) + os.sep for p in paths)
+
+
+@functools.cache
+def _installed_versions() -> dict[str, str]:
+    """Normalised distribution name -> version, from the ``*.dist-info`` directory names
+    in site-packages (a directory listing: far cheaper than scanning every distribution's
+    metadata, which costs tens of milliseconds per process)."""
+    versions: dict[str, str] = {}
+    for site_dir in _site_dirs():
+        try:
+            names = os.listdir(site_dir)
+        except OSError:
+            continue
+        for name in names:
+            if name.endswith(".dist-info"):
+                dist, _, version = name[: -len(".dist-info")].rpartition("-")
+                versions.setdefault(_normalise(dist), version)
+    return versions
+
+
+def _normalise(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+@functools.cache
+def _distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
+
+
+def _distribution_version(top_module: str) -> str | None:
+    version = _installed_versions().get(_normalise(top_module))
+    if version is not None:
+        return f"{top_module}=={version}"
+    dists = _distributions().get(top_module)  # modules named unlike their distribution
+    if dists:
+        name = sorted(dists)[0]
+        try:
+            return f"{name}=={importlib.metadata.version(name)}"
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+@functools.cache
+def library_version(top_module: str) -> str | None:
+    """How a library identifies itself in a fingerprint, or ``None`` for user code.
+
+    ``numpy`` -> ``"numpy==2.4.6"``; the standard library -> ``"python-3.11"``; a module
+    outside site-packages and the standard library (scripts, notebooks, editable
+    checkouts of the user's own packages) -> ``None``: it is hashed by its code.
+    """
+    if top_module in sys.builtin_module_names or top_module in sys.stdlib_module_names:
+        return _PYTHON
+    if top_module == "__main__":
+        return None
+    mod = sys.modules.get(top_module)
+    file = getattr(mod, "__file__", None)
+    if file is None:
+        paths = list(getattr(mod, "__path__", []) or [])
+        if not paths:
+            return None
+        file = paths[0]
+    path = os.path.realpath(file)
+    if path.startswith(_stdlib_dirs()) and not path.startswith(_site_dirs()):
+        return _PYTHON
+    in_site = path.startswith(_site_dirs()) or (
+        f"{os.sep}site-packages{os.sep}" in path or f"{os.sep}dist-packages{os.sep}" in path
+    )
+    if not in_site:
+        return None
+    version = _distribution_version(top_module)
+    if version is not None:
+        return version
+    st = os.stat(path)  # an undeclared module: its file stands in for a version
+    return f"{top_module}@{st.st_size}:{st.st_mtime_ns}"
+
+
+def _code_names(code: types.CodeType, names: set[str]) -> set[str]:
+    names.update(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_names(const, names)
+    return names
+
+
+class Fingerprinter:
+    """Computes 16-byte fingerprints of callables and classes.
+
+    One instance per hashing pass: it caches by object identity and keeps the objects
+    alive, so an id cannot be reused while the cache holds it. Globals are read at hash
+    time, so a module constant mutated between two passes is seen. Not thread safe.
+    """
+
+    def __init__(self, encoder: ValueEncoder) -> None:
+        self.enc = encoder
+        encoder.encode_callable = self.encode_callable
+        self._cache: dict[int, tuple[Any, bytes]] = {}
+        self._code_cache: dict[int, tuple[types.CodeType, bytes]] = {}
+        self._stack: list[int] = []
+        self._tainted: list[bool] = []
+
+    # -- entry points -------------------------------------------------------------------
+
+    def encode_callable(self, obj: Any) -> None:
+        self.enc.out.append(b"F" + self.digest(obj))
+
+    def digest(self, obj: Any) -> bytes:
+        """The fingerprint of a callable or class; raises :class:`VolatileValue`."""
+        oid = id(obj)
+        hit = self._cache.get(oid)
+        if hit is not None:
+            return hit[1]
+        if oid in self._stack:
+            # A cycle: refer to the function by name. Every frame above it depends on
+            # this, so their fingerprints are not cached (their value depends on where
+            # the walk started); the frame of ``obj`` itself is canonical.
+            pos = self._stack.index(oid)
+            for i in range(pos + 1, len(self._tainted)):
+                self._tainted[i] = True
+            return _xxh3(b"cycle\0" + _name(obj).encode())
+        self._stack.append(oid)
+        self._tainted.append(False)
+        saved, self.enc.out = self.enc.out, []
+        try:
+            self._describe(obj)
+            value = _xxh3(b"".join(self.enc.out))
+        finally:
+            self.enc.out = saved
+            self._stack.pop()
+            tainted = self._tainted.pop()
+        if not tainted:
+            self._cache[oid] = (obj, value)
+        return value
+
+    # -- dispatch -----------------------------------------------------------------------
+
+    def _describe(self, obj: Any) -> None:
+        out = self.enc.out
+        version = getattr(obj, "__cache_version__", None)
+        if isinstance(version, str) and not isinstance(obj, type):
+            out.append(b"V")
+            self.enc.encode((getattr(obj, "__module__", None), _name(obj), version))
+        elif isinstance(obj, _FUNCTION_TYPES):
+            self._function(obj)
+        elif isinstance(obj, type):
+            self._class(obj)
+        elif isinstance(obj, functools.partial):
+            out.append(b"P")
+            self.encode_callable(obj.func)
+            self.enc.encode(obj.args)
+            self.enc.encode(dict(sorted(obj.keywords.items())))
+        elif isinstance(obj, types.MethodType):
+            out.append(b"M")
+            self.encode_callable(obj.__func__)
+            self.enc.encode(obj.__self__)
+        elif isinstance(obj, _BUILTIN_TYPES):
+            self._builtin(obj)
+        elif isinstance(obj, np.ufunc):
+            out.append(b"u")
+            self.enc.encode((obj.__name__, library_version("numpy")))
+        elif isinstance(obj, _DESCRIPTOR_TYPES):
+            out.append(b"W")
+            self.encode_callable(obj.__objclass__)
+            self.enc.encode(obj.__name__)
+        elif isinstance(obj, (staticmethod, classmethod)):
+            out.append(b"s")
+            self.encode_callable(obj.__func__)
+        elif isinstance(obj, property):
+            out.append(b"p")
+            for f in (obj.fget, obj.fset, obj.fdel):
+                self.encode_callable(f) if f is not None else out.append(b"N")
+        elif type(obj).__name__ in ("cython_function_or_method", "fused_cython_function"):
+            self._library_name(obj, getattr(obj, "__module__", None))
+        elif _is_delayed_leaf(obj):
+            out.append(b"L")
+            self.encode_callable(obj._obj)
+            self.enc.encode((obj._pure, obj._nout))
+        else:  # a callable instance: its class and its state
+            out.append(b"I")
+            self.enc._encode_reduced(obj)
+
+    def _library_name(self, obj: Any, module: str | None) -> None:
+        top = (module or "").partition(".")[0]
+        self.enc.out.append(b"B")
+        self.enc.encode((module, _name(obj), library_version(top) if top else None))
+
+    def _builtin(self, obj: Any) -> None:
+        owner = getattr(obj, "__self__", None)
+        if owner is None or isinstance(owner, _MODULE_TYPE):
+            self._library_name(obj, getattr(obj, "__module__", None) or getattr(
+                owner, "__name__", None))
+        elif isinstance(owner, type):  # e.g. dict.fromkeys
+            self.enc.out.append(b"b")
+            self.encode_callable(owner)
+            self.enc.encode(obj.__name__)
+        else:  # a method bound to an instance, e.g. [].append
+            self.enc.out.append(b"b")
+            self.enc.encode(owner)
+            self.enc.encode(obj.__name__)
+
+    def _function(self, func: types.FunctionType) -> None:
+        module = func.__module__
+        top = (module or "__main__").partition(".")[0]
+        version = library_version(top)
+        if version is not None:
+            self.enc.out.append(b"B")
+            self.enc.encode((module, func.__qualname__, version))
+            return
+        enc = self.enc
+        enc.out.append(b"U")
+        enc.encode((module, func.__qualname__))
+        enc.out.append(self._code_digest(func.__code__))
+        try:
+            enc.encode(func.__defaults__)
+            enc.encode(func.__kwdefaults__)
+            for cell in func.__closure__ or ():
+                try:
+                    value = cell.cell_contents
+                except ValueError:  # an empty cell
+                    enc.out.append(b"empty")
+                    continue
+                enc.encode(value)
+            self._globals(func)
+        except VolatileValue as exc:
+            raise VolatileValue(f"{_name(func)}: {exc.reason}") from None
+
+    def _globals(self, func: types.FunctionType) -> None:
+        """The module-level names the code may read, with their current values."""
+        enc = self.enc
+        names = _code_names(func.__code__, set())
+        glb = func.__globals__
+        for name in sorted(names):
+            if name not in glb:
+                continue
+            value = glb[name]
+            enc.encode(name)
+            if isinstance(value, _MODULE_TYPE):
+                self._module(value, names)
+            else:
+                enc.encode(value)
+
+    def _module(self, module: types.ModuleType, names: set[str]) -> None:
+        """A module the code references: a library by version, user code by the
+        attributes of it that the code names (``mymod.helper(x)``)."""
+        enc = self.enc
+        top = module.__name__.partition(".")[0]
+        version = library_version(top)
+        enc.out.append(b"m")
+        enc.encode((module.__name__, version))
+        if version is not None:
+            return
+        attrs = vars(module)
+        for name in sorted(names):
+            if name in attrs and not name.startswith("__"):
+                value = attrs[name]
+                if isinstance(value, _MODULE_TYPE):
+                    enc.encode((name, value.__name__))
+                else:
+                    enc.encode(name)
+                    enc.encode(value)
+
+    def _code_digest(self, code: types.CodeType) -> bytes:
+        hit = self._code_cache.get(id(code))
+        if hit is not None:
+            return hit[1]
+        saved, self.enc.out = self.enc.out, []
+        enc = self.enc
+        try:
+            # No file name or line numbers: moving a function must not invalidate it.
+            enc.encode((code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+                        code.co_flags, code.co_names, code.co_varnames, code.co_freevars,
+                        code.co_cellvars))
+            enc.out.append(code.co_code)
+            enc.out.append(b"%d:" % len(code.co_exceptiontable) + code.co_exceptiontable)
+            for const in code.co_consts:
+                if isinstance(const, types.CodeType):
+                    enc.out.append(b"K" + self._code_digest(const))
+                else:
+                    enc.encode(const)
+            value = _xxh3(b"".join(enc.out))
+        finally:
+            self.enc.out = saved
+        self._code_cache[id(code)] = (code, value)
+        return value
+
+    def _class(self, cls: type) -> None:
+        enc = self.enc
+        version = library_version((cls.__module__ or "").partition(".")[0])
+        if version is not None:
+            enc.out.append(b"B")
+            enc.encode((cls.__module__, cls.__qualname__, version))
+            return
+        enc.out.append(b"C")
+        enc.encode((cls.__module__, cls.__qualname__))
+        for base in cls.__bases__:
+            self.encode_callable(base)
+        try:
+            for name, attr in sorted(vars(cls).items()):
+                if name in _IGNORED_CLASS_ATTRS:
+                    continue
+                enc.encode(name)
+                if isinstance(attr, (staticmethod, classmethod, property)):
+                    self.encode_callable(attr)
+                else:
+                    enc.encode(attr)
+        except VolatileValue as exc:
+            raise VolatileValue(f"class {cls.__qualname__}: {exc.reason}") from None
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(
+        obj).__qualname__
+
+
+def _is_delayed_leaf(obj: Any) -> bool:
+    return type(obj).__name__ == "DelayedLeaf" and hasattr(obj, "_obj")

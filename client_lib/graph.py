@@ -1,0 +1,169 @@
+"""Getting a flat task graph out of Dask collections.
+
+``materialize`` does what ``dask.base.compute`` does up to the scheduler call, so the keys
+and the finalisation tasks are exactly Dask's. ``unfuse`` then expands fused tasks
+(``_execute_subgraph``, from low-level linear fusion and from blockwise fusion) into one
+graph node per operation, so an intermediate shared by two branches is hashed (and can
+be cached) on its own however Dask happened to fuse each branch. DESIGN.md sections 3, 9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dask._task_spec import (
+    Alias,
+    DataNode,
+    GraphNode,
+    Task,
+    TaskRef,
+    _execute_subgraph,
+    convert_legacy_graph,
+)
+from dask.base import collections_to_expr
+from dask.core import flatten
+
+__all__ = ["Materialized", "materialize", "toposort", "unfuse"]
+
+Key = Hashable
+
+
+@dataclass
+class Materialized:
+    """A computation ready to hash: flat graph, output keys, annotations by key."""
+
+    graph: dict[Key, GraphNode]
+    keys: list[Key]
+    annotations: dict[str, dict[Key, Any]] = field(default_factory=dict)
+    # Where each unfused key came from (inner key -> outer fused key), for annotations.
+    origin: dict[Key, Key] = field(default_factory=dict)
+
+    def annotation(self, name: str, key: Key, default: Any = None) -> Any:
+        by_key = self.annotations.get(name)
+        if not by_key:
+            return default
+        if key in by_key:
+            return by_key[key]
+        outer = self.origin.get(key)
+        while outer is not None:
+            if outer in by_key:
+                return by_key[outer]
+            outer = self.origin.get(outer)
+        return default
+
+
+def _delayed_only(collections: Iterable[Any]) -> bool:
+    from dask.delayed import Delayed
+
+    return all(isinstance(c, Delayed) for c in collections)
+
+
+def materialize(collections: list[Any], optimize_graph: bool = True) -> Materialized:
+    """The graph ``dask.compute(*collections)`` would run, converted to the task spec.
+
+    Delayed-only computations skip Dask's low-level optimisation (culling a wide delayed
+    graph is quadratic); the rewrite culls anyway by walking back from the outputs.
+    """
+    from dask._expr import FinalizeCompute
+
+    if _delayed_only(collections):
+        optimize_graph = False
+    expr = collections_to_expr(collections, optimize_graph)
+    expr = FinalizeCompute(expr).optimize()
+    keys = list(flatten(expr.__dask_keys__()))
+    graph = expr.__dask_graph__()
+    annotations = dict(expr.__dask_annotations__() or {})
+    graph = convert_legacy_graph(dict(graph) if not isinstance(graph, dict) else graph)
+    return Materialized(graph=graph, keys=keys, annotations=annotations)
+
+
+def _inner_name(outer: Key, inner: Key) -> Key:
+    """A graph-unique key for an unfused inner task (inner keys repeat across chunks)."""
+    if isinstance(outer, tuple) and isinstance(inner, str):
+        return (f"{inner}~{outer[0]}", *outer[1:])
+    if isinstance(outer, tuple) and isinstance(inner, tuple):
+        return (f"{inner[0]}~{outer[0]}", *inner[1:], *outer[1:])
+    if isinstance(inner, tuple):
+        return (f"{inner[0]}~{outer}", *inner[1:])
+    return f"{inner}~{outer}"
+
+
+def unfuse(m: Materialized) -> Materialized:
+    """Expand every ``_execute_subgraph`` task (recursively) into plain graph nodes.
+
+    The fused task's key stays the key of its output node; inner keys get fresh
+    graph-unique names; inner placeholders are bound to the fused task's dependencies.
+    """
+    out: dict[Key, GraphNode] = {}
+    origin: dict[Key, Key] = dict(m.origin)
+    for key, node in m.graph.items():
+        _expand(key, node, out, origin)
+    return Materialized(graph=out, keys=m.keys, annotations=m.annotations, origin=origin)
+
+
+def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:
+    if not (isinstance(node, Task) and node.func is _execute_subgraph and not node.kwargs):
+        out[key] = node
+        return
+    inner, outkey, inkeys, *deps = node.args
+    subs: dict[Key, Any] = {}
+    for placeholder, dep in zip(inkeys, deps, strict=True):
+        if isinstance(dep, TaskRef):
+            subs[placeholder] = dep.key
+        elif isinstance(dep, Alias):
+            subs[placeholder] = dep.target
+        elif isinstance(dep, GraphNode):  # an inlined task or data: keep it inline
+            subs[placeholder] = dep
+        else:  # a literal bound to the placeholder
+            subs[placeholder] = DataNode(None, dep)
+    for ik in inner:
+        if ik == outkey:
+            subs[ik] = key
+        elif ik not in subs:
+            subs[ik] = _inner_name(key, ik)
+    for ik, inode in inner.items():
+        if ik in inkeys and ik not in (outkey,):
+            continue  # placeholders are bound above, never run
+        new_key = subs[ik]
+        if isinstance(inode, Alias):
+            target = subs.get(inode.target, inode.target)
+            new_node: GraphNode = (target.substitute({}, key=new_key) if isinstance(
+                target, GraphNode) else Alias(new_key, target))
+        else:
+            new_node = inode.substitute(subs, key=new_key)
+        if new_key != key:
+            origin[new_key] = key
+        _expand(new_key, new_node, out, origin)
+
+
+def toposort(graph: Mapping[Key, GraphNode], outputs: Iterable[Key]) -> list[Key]:
+    """Keys reachable from ``outputs``, dependencies first. Missing keys are skipped
+    (they are external: futures held by a distributed client)."""
+    order: list[Key] = []
+    done: set[Key] = set()
+    for root in outputs:
+        if root in done or root not in graph:
+            continue
+        stack: list[tuple[Key, Iterator | None]] = [(root, None)]
+        entered = {root}
+        while stack:
+            key, it = stack[-1]
+            if it is None:
+                it = iter(graph[key].dependencies)
+                stack[-1] = (key, it)
+            for dep in it:
+                if dep in done or dep in entered or dep not in graph:
+                    if dep in entered and dep not in done:
+                        raise ValueError(f"cycle in task graph at {dep!r}")
+                    continue
+                entered.add(dep)
+                stack.append((dep, None))
+                break
+            else:
+                stack.pop()
+                done.add(key)
+                order.append(key)
+    return order
+

@@ -1,0 +1,83 @@
+"""Prints the task hashes of a fixed corpus of computations as JSON (run as a script).
+
+Used by test_hashing.py to compare hashes across interpreter processes with different
+PYTHONHASHSEEDs. Keys of non-pure delayed and finalize tasks are random, so each entry is
+the sorted list of hashes, with "volatile" for tasks that could not be hashed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sys
+
+import dask
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+from client_lib import task_hashes
+
+
+class Point:  # a class defined in __main__ when run as a script
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def norm(self):
+        return (self.x**2 + self.y**2) ** 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    names: frozenset
+    weights: tuple
+
+
+def combine(*args, **kwargs):
+    return len(args) + len(kwargs)
+
+
+def corpus(h5_path: str) -> dict:
+    import h5py
+
+    inc = dask.delayed(lambda x: x + 1, pure=True)
+    nonpure = dask.delayed(combine)
+    x = np.arange(1000.0).reshape(40, 25)
+    arr = da.from_array(x, chunks=(10, 25))
+    rng = da.random.default_rng(42).random((60, 10), chunks=(20, 10))
+    pdf = pd.DataFrame({"a": np.arange(60), "b": list("xyz") * 20, "c": np.linspace(0, 1, 60)})
+    ddf = dd.from_pandas(pdf, npartitions=3)
+    h5 = h5py.File(h5_path, "r")["data"]
+    return {
+        "delayed_pure": inc(inc(1)),
+        "delayed_nonpure": nonpure(nonpure(1, 2), key="v"),
+        "frozenset_arg": nonpure(frozenset({"alpha", "beta", "gamma", "delta"})),
+        "set_arg": nonpure({"one", "two", "three", 4, 5.0}),
+        "dict_arg": nonpure({"b": 1, "a": [1, 2, {"c": (3,)}]}),
+        "main_class_instance": nonpure(Point(3, 4)),
+        "dataclass_frozenset": nonpure(Config(frozenset({"p", "q", "r"}), (0.5, 0.25))),
+        "partial": nonpure(functools.partial(combine, 1, k=frozenset({"z", "y"}))),
+        "array_mean": arr.mean(axis=0),
+        "array_map_blocks": arr.map_blocks(np.sin).sum(),
+        "array_rechunk": arr.rechunk((20, 5)).max(),
+        "array_random_seeded": rng.std(),
+        "array_h5py": da.from_array(h5, chunks=10).sum(),
+        "dataframe": ddf.groupby("b").c.sum(),
+        "dataframe_assign": ddf.assign(d=ddf.a * 2)[["a", "d"]],
+        "bag": db.from_sequence(range(10), npartitions=2).map(str).frequencies(),
+    }
+
+
+def main() -> None:
+    result = {}
+    for name, coll in corpus(sys.argv[1]).items():
+        hashes = task_hashes(coll)
+        result[name] = sorted(h or "volatile" for h in hashes.values())
+    json.dump(result, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,378 @@
+"""Task hashes: stable across processes, sensitive to exactly what can change a result."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import dask
+import dask.array as da
+import h5py
+import numpy as np
+import pytest
+
+from client_lib import cache_version, task_hashes
+
+PROBE = Path(__file__).with_name("_hash_probe.py")
+
+
+@pytest.fixture(scope="module")
+def h5_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("h5") / "data.h5"
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(50.0)
+    return str(path)
+
+
+def _probe(h5_file: str, seed: str) -> dict:
+    env = {**os.environ, "PYTHONHASHSEED": seed}
+    out = subprocess.run(
+        [sys.executable, str(PROBE), h5_file],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return json.loads(out.stdout)
+
+
+def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
+    first, second = _probe(h5_file, "1"), _probe(h5_file, "12345")
+    assert first == second
+    assert len(first) >= 15
+    for name, hashes in first.items():
+        assert "volatile" not in hashes, name
+        assert all(len(h) == 32 for h in hashes), name
+
+
+def test_hashes_equal_across_threads():
+    arr = da.from_array(np.arange(100.0), chunks=10)
+    results: list[dict] = []
+
+    def run():
+        results.append(sorted(filter(None, task_hashes(arr.mean()).values())))
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 4 and all(r == results[0] for r in results)
+
+
+# -- what changes a hash -------------------------------------------------------------------
+
+PIPELINE = """
+import functools
+import numpy as np
+{imports}
+
+{definitions}
+
+def build(dask):
+    a = dask.delayed(step_a, pure=True)({a_arg}, dask_key_name="a")
+    b = dask.delayed(step_b, pure=True)(a, dask_key_name="b")
+    c = dask.delayed(step_c, pure=True)(b, dask_key_name="c")
+    side = dask.delayed(step_a, pure=True)(100, dask_key_name="side")
+    return [c, side]
+"""
+
+BASE = dict(
+    imports="",
+    a_arg="1",
+    definitions="""
+def step_a(x):
+    return x + 1
+
+def step_b(x):
+    return x * 2
+
+def step_c(x):
+    return x - 3
+""",
+)
+
+HELPERS = """
+def scale(x):
+    return x * 2
+"""
+
+
+def _variant(**changes):
+    return {**BASE, **changes}
+
+
+def _defs(body_b: str, extra: str = "") -> str:
+    return f"""
+def step_a(x):
+    return x + 1
+
+{extra}
+
+def step_b(x):
+{textwrap.indent(body_b, "    ")}
+
+def step_c(x):
+    return x - 3
+"""
+
+
+# (name, before, after, helper module before/after, keys expected to change)
+CASES = [
+    (
+        "body of the last task",
+        BASE,
+        _variant(definitions=BASE["definitions"].replace("x - 3", "x - 4")),
+        None,
+        {"c"},
+    ),
+    (
+        "body of the first task",
+        BASE,
+        _variant(definitions=BASE["definitions"].replace("x + 1", "x + 2")),
+        None,
+        {"a", "b", "c", "side"},
+    ),
+    (
+        "same-module helper",
+        _variant(definitions=_defs("return helper(x)", "def helper(x):\n    return x * 2")),
+        _variant(definitions=_defs("return helper(x)", "def helper(x):\n    return x * 3")),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "helper two calls deep",
+        _variant(
+            definitions=_defs(
+                "return outer(x)",
+                "def inner(x):\n    return x * 2\n\ndef outer(x):\n    return inner(x) + 1",
+            )
+        ),
+        _variant(
+            definitions=_defs(
+                "return outer(x)",
+                "def inner(x):\n    return x * 5\n\ndef outer(x):\n    return inner(x) + 1",
+            )
+        ),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "helper in another user module (from-import)",
+        _variant(imports="from userhelpers import scale", definitions=_defs("return scale(x)")),
+        _variant(imports="from userhelpers import scale", definitions=_defs("return scale(x)")),
+        (HELPERS, HELPERS.replace("x * 2", "x * 7")),
+        {"b", "c"},
+    ),
+    (
+        "helper in another user module (attribute)",
+        _variant(imports="import userhelpers", definitions=_defs("return userhelpers.scale(x)")),
+        _variant(imports="import userhelpers", definitions=_defs("return userhelpers.scale(x)")),
+        (HELPERS, HELPERS.replace("x * 2", "x * 7")),
+        {"b", "c"},
+    ),
+    (
+        "closure variable",
+        _variant(
+            definitions=BASE["definitions"] + "\ndef make(k):\n    def f(x):\n"
+            "        return x * k\n    return f\n\nstep_b = make(2)\n"
+        ),
+        _variant(
+            definitions=BASE["definitions"] + "\ndef make(k):\n    def f(x):\n"
+            "        return x * k\n    return f\n\nstep_b = make(3)\n"
+        ),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "default argument",
+        _variant(
+            definitions=_defs("return x * k").replace("def step_b(x):", "def step_b(x, k=2):")
+        ),
+        _variant(
+            definitions=_defs("return x * k").replace("def step_b(x):", "def step_b(x, k=3):")
+        ),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "keyword-only default",
+        _variant(
+            definitions=_defs("return x * k").replace("def step_b(x):", "def step_b(x, *, k=2):")
+        ),
+        _variant(
+            definitions=_defs("return x * k").replace("def step_b(x):", "def step_b(x, *, k=3):")
+        ),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "module constant",
+        _variant(definitions=_defs("return x * FACTOR", "FACTOR = 2")),
+        _variant(definitions=_defs("return x * FACTOR", "FACTOR = 2.5")),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "module dict mutated in place",
+        _variant(definitions=_defs("return x * TABLE['k']", "TABLE = {'k': 2}")),
+        _variant(definitions=_defs("return x * TABLE['k']", "TABLE = {'k': 2}\nTABLE['k'] = 9")),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "class method the task calls",
+        _variant(
+            definitions=_defs(
+                "return Scaler().apply(x)",
+                "class Scaler:\n    def apply(self, x):\n        return x * 2",
+            )
+        ),
+        _variant(
+            definitions=_defs(
+                "return Scaler().apply(x)",
+                "class Scaler:\n    def apply(self, x):\n        return x * 4",
+            )
+        ),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "lambda",
+        _variant(definitions=BASE["definitions"] + "\nstep_b = lambda x: x * 2\n"),
+        _variant(definitions=BASE["definitions"] + "\nstep_b = lambda x: x * 3\n"),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "partial argument",
+        _variant(
+            definitions=BASE["definitions"] + "\ndef mul(x, k):\n    return x * k\n\n"
+            "step_b = functools.partial(mul, k=2)\n"
+        ),
+        _variant(
+            definitions=BASE["definitions"] + "\ndef mul(x, k):\n    return x * k\n\n"
+            "step_b = functools.partial(mul, k=3)\n"
+        ),
+        None,
+        {"b", "c"},
+    ),
+    ("argument value", BASE, _variant(a_arg="2"), None, {"a", "b", "c"}),
+    (
+        "numpy input array",
+        _variant(a_arg="np.arange(10.0)"),
+        _variant(a_arg="np.where(np.arange(10) == 3, -1.0, np.arange(10.0))"),
+        None,
+        {"a", "b", "c"},
+    ),
+    (
+        "unchanged code moved down a line",
+        BASE,
+        _variant(definitions="\n\n# a comment\n" + BASE["definitions"]),
+        None,
+        set(),
+    ),
+]
+
+
+def _load(tmp_path: Path, tag: str, source: str, helpers: str | None) -> dict:
+    """Import the pipeline as module ``userpipe`` (same name for every variant) and hash."""
+    directory = tmp_path / tag
+    directory.mkdir()
+    (directory / "userpipe.py").write_text(source)
+    sys.path.insert(0, str(directory))
+    try:
+        for name in ("userpipe", "userhelpers"):
+            sys.modules.pop(name, None)
+        if helpers is not None:
+            (directory / "userhelpers.py").write_text(helpers)
+        spec = importlib.util.spec_from_file_location("userpipe", directory / "userpipe.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["userpipe"] = module
+        spec.loader.exec_module(module)
+        return task_hashes(module.build(dask))
+    finally:
+        sys.path.remove(str(directory))
+        for name in ("userpipe", "userhelpers"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("name,before,after,helpers,changed", CASES, ids=[c[0] for c in CASES])
+def test_an_edit_changes_exactly_the_task_and_its_descendants(
+    tmp_path, name, before, after, helpers, changed
+):
+    old = _load(tmp_path, "old", PIPELINE.format(**before), helpers and helpers[0])
+    new = _load(tmp_path, "new", PIPELINE.format(**after), helpers and helpers[1])
+    assert set(old) == set(new) == {"a", "b", "c", "side"}
+    assert all(old.values()) and all(new.values())
+    assert {k for k in old if old[k] != new[k]} == changed
+
+
+def test_pandas_cell_changes_the_hash():
+    import pandas as pd
+
+    df = pd.DataFrame({"a": [1.0, 2.0, 3.0], "b": ["x", "y", "z"]})
+    edited = df.copy()
+    edited.loc[1, "b"] = "w"
+    f = dask.delayed(len, pure=True)
+    old = task_hashes(f(df, dask_key_name="n"))["n"]
+    assert old == task_hashes(f(df.copy(), dask_key_name="n"))["n"]
+    assert old != task_hashes(f(edited, dask_key_name="n"))["n"]
+
+
+def test_namespace_changes_every_hash():
+    x = dask.delayed(sum, pure=True)([1, 2], dask_key_name="x")
+    assert task_hashes(x)["x"] != task_hashes(x, namespace="other")["x"]
+    assert task_hashes(x)["x"] == task_hashes(x, namespace="default")["x"]
+
+
+# -- volatile tasks ------------------------------------------------------------------------
+
+
+def test_unhashable_argument_makes_task_and_descendants_volatile():
+    lock = threading.Lock()
+    a = dask.delayed(lambda lk: 1, pure=True)(lock, dask_key_name="a")
+    b = dask.delayed(lambda x: x + 1, pure=True)(a, dask_key_name="b")
+    c = dask.delayed(lambda: 5, pure=True)(dask_key_name="c")
+    hashes = task_hashes([b, c])
+    assert hashes["a"] is None and hashes["b"] is None
+    assert hashes["c"] is not None
+
+
+def test_annotate_cache_false_is_volatile_downstream():
+    with dask.annotate(cache=False):
+        a = dask.delayed(lambda: 1, pure=True)(dask_key_name="a")
+    b = dask.delayed(lambda x: x + 1, pure=True)(a, dask_key_name="b")
+    hashes = task_hashes(b)
+    assert hashes == {"a": None, "b": None}
+
+
+def test_cache_version_replaces_code_hashing():
+    def make(body_result, version):
+        @cache_version(version)
+        def step(x):
+            return x + body_result
+
+        return dask.delayed(step, pure=True)(1, dask_key_name="s")
+
+    assert task_hashes(make(1, "1"))["s"] == task_hashes(make(2, "1"))["s"]
+    assert task_hashes(make(1, "1"))["s"] != task_hashes(make(1, "2"))["s"]
+
+
+def test_cache_version_annotation_overrides_code():
+    def make(offset, version):
+        def step(x):
+            return x + offset
+
+        with dask.annotate(cache_version=version):
+            return dask.delayed(step, pure=True)(1, dask_key_name="s")
+
+    assert task_hashes(make(1, "v1"))["s"] == task_hashes(make(2, "v1"))["s"]
+    assert task_hashes(make(1, "v1"))["s"] != task_hashes(make(1, "v2"))["s"]
