@@ -1,0 +1,36 @@
+"""dask-result-cache, client side: content hashing, graph rewrite and ``cached_compute``.
+
+Runs in the user's process and on Dask workers; talks to the cache server over HTTP
+(docs/protocol.md) and never imports ``cache_server`` or ``storage``.
+"""
+
+from . import config as _config  # noqa: F401  (registers the result-cache defaults)
+from .api import cached_compute, task_hashes
+from .errors import (
+    CacheEntryUnavailable,
+    CacheProtocolError,
+    CacheUnavailable,
+    ResultCacheError,
+    VolatileValue,
+)
+from .fingerprint import cache_version
+from .hashing import KEY_VERSION
+from .policy import Candidate
+from .report import CacheReport, last_report
+from .transport import CacheClient
+
+__all__ = [
+    "KEY_VERSION",
+    "CacheClient",
+    "CacheEntryUnavailable",
+    "CacheProtocolError",
+    "CacheReport",
+    "CacheUnavailable",
+    "Candidate",
+    "ResultCacheError",
+    "VolatileValue",
+    "cache_version",
+    "cached_compute",
+    "last_report",
+    "task_hashes",
+]

@@ -1,0 +1,213 @@
+"""``cached_compute``: a drop-in for ``dask.compute`` that loads what the cache holds.
+
+The steps of DESIGN.md section 1: materialise, unfuse, hash, one batch lookup, rewrite,
+run on the user's scheduler, finalise. A cache outage never fails the computation: it
+warns once and computes without the cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import warnings
+from collections import Counter
+from collections.abc import Callable, Hashable, Set
+from typing import Any
+
+import dask.config
+from dask._task_spec import GraphNode
+from dask.base import get_scheduler, unpack_collections
+
+from .errors import CacheEntryUnavailable, ResultCacheError
+from .graph import Materialized, materialize, toposort, unfuse
+from .hashing import GraphHashes, hash_graph
+from .policy import resolve_policy
+from .report import CacheReport, set_last_report
+from .rewrite import cacheable_keys, rewrite
+from .tasks import pop_counts
+from .transport import CacheClient
+
+__all__ = ["cached_compute", "resolve_cache", "task_hashes"]
+
+logger = logging.getLogger("client_lib")
+_warned: set[str] = set()
+Key = Hashable
+
+
+def _warn_once(key: str, message: str) -> None:
+    """Warn about ``key`` (a cache URL) once per process; later occurrences only log."""
+    if key in _warned:
+        logger.info(message)
+        return
+    _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    logger.warning(message)
+
+
+def resolve_cache(cache: Any = None) -> CacheClient | None:
+    """A :class:`CacheClient` from a URL, a client, or config ``result-cache.url``."""
+    if isinstance(cache, CacheClient):
+        return cache
+    token = dask.config.get("result-cache.token", None)
+    if cache is None:
+        cache = dask.config.get("result-cache.url", None)
+        if not cache:
+            return None
+    if not isinstance(cache, str):
+        raise TypeError(f"cache must be a URL or a CacheClient, not {type(cache).__name__}")
+    return CacheClient.shared(cache, token)
+
+
+def cached_compute(
+    *args: Any,
+    cache: str | CacheClient | None = None,
+    policy: Any = None,
+    namespace: str | None = None,
+    scheduler: Any = None,
+    explain: bool = False,
+    traverse: bool = True,
+    optimize_graph: bool = True,
+    **compute_kwargs: Any,
+) -> tuple:
+    """Compute dask collections like ``dask.compute``, loading cached results.
+
+    Returns exactly what ``dask.compute(*args, ...)`` returns. ``cache`` is a URL or a
+    :class:`CacheClient` (default: config ``result-cache.url``); ``policy`` says which
+    results to store (``"auto"``, ``"all"``, ``"outputs"``, ``"none"`` or a callable,
+    default config ``result-cache.policy``); ``namespace`` separates projects (default
+    config ``result-cache.namespace``). ``scheduler`` and ``compute_kwargs`` go to the
+    scheduler as in ``dask.compute``; a ``distributed.Client`` (passed, or the default
+    client) runs the loads and stores on its workers. ``explain=True`` prints what the
+    cache did; :func:`client_lib.last_report` returns it.
+    """
+    collections, repack = unpack_collections(*args, traverse=traverse)
+    if not collections:
+        return args
+    namespace = _namespace(namespace)
+    store_policy = resolve_policy(policy)
+    client = resolve_cache(cache)
+    schedule = get_scheduler(scheduler=scheduler, collections=collections)
+    report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
+    set_last_report(report)
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report.seconds[phase] = report.seconds.get(phase, 0.0) + now - clock
+        clock = now
+
+    m = materialize(collections, optimize_graph)
+    lap("materialize")
+    if client is None:
+        report.fallback = "no cache configured (set result-cache.url or pass cache=)"
+        _warn_once("", f"cached_compute: {report.fallback}; computing without the cache")
+        return repack(_run(schedule, m.graph, m, compute_kwargs))
+
+    fused = m
+    m, order, hashes = _hash(fused, namespace)
+    cacheable = cacheable_keys(m, hashes)
+    report.tasks = len(order)
+    report.cacheable = len(cacheable)
+    report.volatile = len(hashes.volatile)
+    report.volatile_reasons = Counter(_root_reasons(hashes.volatile))
+    lap("hash")
+
+    try:
+        hits = client.lookup(set(cacheable.values()))
+    except ResultCacheError as exc:
+        report.fallback = f"cache server unreachable ({exc})"
+        _warn_once(client.url, f"cached_compute: {report.fallback}; computing without the "
+                   "cache")
+        return repack(_run(schedule, fused.graph, fused, compute_kwargs))
+    lap("lookup")
+
+    run_id = uuid.uuid4().hex
+    distrusted: set[str] = set()
+    for attempt in range(3):
+        usable = hits - distrusted if attempt < 2 else set()
+        if attempt == 2:
+            report.fallback = "entries kept failing to load; computed without loads"
+        rewritten = rewrite(m, order, hashes, cacheable, usable, client, store_policy, run_id)
+        report.hits = len(set(cacheable.values()) & usable)
+        report.loaded = rewritten.loaded
+        report.culled = rewritten.culled
+        report.computed = rewritten.computed
+        report.store_candidates = rewritten.wrapped
+        lap("rewrite")
+        try:
+            results = _run(schedule, rewritten.graph, m, compute_kwargs, hashes.pinned)
+        except CacheEntryUnavailable as exc:
+            logger.warning("cached_compute: %s; recomputing without it", exc)
+            distrusted.add(exc.task_hash)
+            report.retried.append(exc.task_hash)
+            continue
+        finally:
+            lap("run")
+        break
+    counts = pop_counts(run_id)
+    report.stored = counts.get("stored", 0) if _is_local(schedule) else None
+    logger.info("%s", report)
+    if explain:
+        print(report)
+    return repack(results)
+
+
+def task_hashes(*args: Any, namespace: str | None = None, traverse: bool = True,
+                optimize_graph: bool = True) -> dict[Key, str | None]:
+    """The task hash of every task ``cached_compute(*args)`` would consider, by Dask key
+    (``None`` for volatile tasks). Talks to no server; for debugging misses."""
+    collections, _ = unpack_collections(*args, traverse=traverse)
+    if not collections:
+        return {}
+    _, order, hashes = _hash(materialize(collections, optimize_graph), _namespace(namespace))
+    return {k: hashes.hashes.get(k) for k in order}
+
+
+def _namespace(namespace: str | None) -> str:
+    if namespace is None:
+        namespace = dask.config.get("result-cache.namespace", "default")
+    if not isinstance(namespace, str):
+        raise TypeError(f"namespace must be a string, not {type(namespace).__name__}")
+    return namespace
+
+
+def _hash(fused: Materialized, namespace: str) -> tuple[Materialized, list[Key], GraphHashes]:
+    """Unfuse, order and hash a materialised graph."""
+    m = unfuse(fused)
+    order = toposort(m.graph, m.keys)
+    return m, order, hash_graph(m.graph, order, namespace, m)
+
+
+def _root_reasons(volatile: dict[Key, str]) -> list[str]:
+    return [r for r in volatile.values() if r != "depends on a volatile task"] or list(
+        volatile.values())
+
+
+def _distributed_client(schedule: Callable) -> Any:
+    owner = getattr(schedule, "__self__", None)
+    if owner is not None and type(owner).__name__ == "Client" and hasattr(owner, "scheduler"):
+        return owner
+    return None
+
+
+def _is_local(schedule: Callable) -> bool:
+    import dask.local
+    import dask.threaded
+
+    return schedule in (dask.threaded.get, dask.local.get_sync)
+
+
+def _run(schedule: Callable, graph: dict[Key, GraphNode], m: Materialized,
+         kwargs: dict[str, Any], pinned: Set[Key] | None = None) -> Any:
+    """Run ``graph`` for the outputs of ``m`` (which also carries the annotations).
+    ``pinned`` keys keep their names on a cluster; ``None``: a graph without cache tasks,
+    every key keeps its name."""
+    client = _distributed_client(schedule)
+    if client is not None:
+        from .distributed import submit
+
+        return submit(client, graph, m.keys, kwargs, m, keep_names=pinned)
+    return schedule(graph, m.keys, **kwargs)
+

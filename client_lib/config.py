@@ -1,0 +1,27 @@
+"""The ``result-cache`` section of ``dask.config``. DESIGN.md section 7.
+
+Never a top-level ``cache`` key: Dask's local schedulers read ``config.get("cache")`` as
+their results dictionary. ``DASK_RESULT_CACHE__URL=http://...`` sets ``result-cache.url``
+in every process Dask starts, workers included.
+"""
+
+from __future__ import annotations
+
+import dask.config
+
+__all__ = ["DEFAULTS"]
+
+DEFAULTS = {
+    "result-cache": {
+        "url": None,  # e.g. http://127.0.0.1:8780
+        "token": None,  # bearer token, when the server requires one
+        "namespace": "default",
+        "policy": "auto",  # auto | all | outputs | none
+        "auto": {
+            "latency": 0.005,  # seconds per load request, for the auto policy
+            "throughput": 500e6,  # bytes per second a load achieves
+        },
+    }
+}
+
+dask.config.update_defaults(DEFAULTS)

@@ -1,0 +1,77 @@
+"""Submitting a rewritten graph to a ``distributed.Client``. DESIGN.md section 9.
+
+Two things differ from the local schedulers:
+
+- Keys get a per-submission suffix. The scheduler reuses a key it still holds in memory
+  (from the user's own futures or an earlier submission): our store wrapper would then
+  never run, and a load task under a live key triggers "Detected different run_spec".
+- The graph goes as a ``HighLevelGraph`` whose layers carry the annotations (``retries``,
+  ``resources``, ``workers``...); a plain dict would lose them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Hashable, Mapping, Set
+from typing import Any
+
+from dask._task_spec import GraphNode
+from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+from .graph import Materialized
+
+__all__ = ["submit"]
+
+Key = Hashable
+_OWN_ANNOTATIONS = frozenset({"cache", "cache_version"})
+
+
+def _suffixed(key: Key, suffix: str) -> Key:
+    if isinstance(key, tuple) and key and isinstance(key[0], str):
+        return (f"{key[0]}-{suffix}", *key[1:])
+    if isinstance(key, str):
+        return f"{key}-{suffix}"
+    return (f"{key!s}-{suffix}",)
+
+
+def _rename(graph: Mapping[Key, GraphNode], suffix: str,
+            keep: Set[Key] | None) -> tuple[dict, dict]:
+    if keep is None:
+        return dict(graph), {k: k for k in graph}
+    names = {k: k if k in keep else _suffixed(k, suffix) for k in graph}
+    renamed = {names[k]: node.substitute(names, key=names[k]) for k, node in graph.items()}
+    return renamed, names
+
+
+def _layers(graph: dict[Key, GraphNode], names: dict[Key, Key],
+            source: Materialized | None) -> HighLevelGraph:
+    """One layer per distinct set of annotations (layers annotate all their keys)."""
+    groups: dict[str, tuple[dict[str, Any], dict[Key, GraphNode]]] = {}
+    kinds = [n for n in (source.annotations if source else {}) if n not in _OWN_ANNOTATIONS]
+    for key, new_key in names.items():
+        annot: dict[str, Any] = {}
+        if kinds:
+            assert source is not None
+            annot = {n: v for n in kinds if (v := source.annotation(n, key)) is not None}
+        # Values may be unhashable (workers=[...]); group by their repr.
+        groups.setdefault(repr(sorted(annot.items())), (annot, {}))[1][new_key] = graph[new_key]
+    layers = {}
+    for i, (annot, layer) in enumerate(groups.values()):
+        layers[f"cached-compute-{i}"] = MaterializedLayer(layer, annotations=annot or None)
+    return HighLevelGraph(layers, {name: set() for name in layers})
+
+
+def submit(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
+           kwargs: dict[str, Any], source: Materialized | None = None,
+           keep_names: Set[Key] | None = None) -> list:
+    """Run ``graph`` on the cluster and return the results of ``keys`` in order.
+
+    ``source`` provides the annotations of the keys. ``keep_names`` are keys that must not
+    be renamed (P2P shuffle tasks, which the scheduler's shuffle plugin finds by name);
+    ``None`` keeps every name, for graphs without cache tasks.
+    """
+    suffix = "rc" + uuid.uuid4().hex[:12]
+    renamed, names = _rename(graph, suffix, keep_names)
+    hlg = _layers(renamed, names, source)
+    # Unknown keys (external futures) keep their names: they are data the cluster holds.
+    return client.get(hlg, [names.get(k, k) for k in keys], **kwargs)

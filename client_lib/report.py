@@ -1,0 +1,67 @@
+"""What one ``cached_compute`` call did: tasks, hits, loads, culls, stores, volatile tasks.
+
+Printed with ``explain=True``, logged at INFO by the ``client_lib`` logger, and available
+as :func:`last_report` so nothing about the cache is ever silent.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+__all__ = ["CacheReport", "last_report"]
+
+_local = threading.local()
+
+
+@dataclass
+class CacheReport:
+    """Counts for one run. ``stored`` is ``None`` when the stores happened in other
+    processes (process pool, distributed workers) and were not counted here."""
+
+    cache_url: str | None = None
+    namespace: str = "default"
+    tasks: int = 0
+    cacheable: int = 0
+    hits: int = 0
+    loaded: int = 0
+    culled: int = 0
+    computed: int = 0
+    store_candidates: int = 0
+    stored: int | None = None
+    volatile: int = 0
+    volatile_reasons: Counter = field(default_factory=Counter)
+    fallback: str | None = None  # why the cache was (partly) bypassed
+    retried: list[str] = field(default_factory=list)  # hashes that failed to load
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        stored = "?" if self.stored is None else self.stored
+        lines = [
+            f"result cache {self.cache_url or '(none)'} namespace={self.namespace!r}",
+            f"  tasks {self.tasks}: cacheable {self.cacheable}, hits {self.hits}, "
+            f"loaded {self.loaded}, culled {self.culled}, computed {self.computed}, "
+            f"stored {stored} of {self.store_candidates} candidates, "
+            f"volatile {self.volatile}",
+        ]
+        for reason, n in self.volatile_reasons.most_common(10):
+            lines.append(f"  volatile x{n}: {reason}")
+        if self.retried:
+            lines.append(f"  entries that failed to load and were recomputed: "
+                         f"{', '.join(self.retried)}")
+        if self.fallback:
+            lines.append(f"  cache bypassed: {self.fallback}")
+        if self.seconds:
+            phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
+            lines.append(f"  time: {phases}")
+        return "\n".join(lines)
+
+
+def set_last_report(report: CacheReport) -> None:
+    _local.report = report
+
+
+def last_report() -> CacheReport | None:
+    """The report of the most recent ``cached_compute`` call in this thread."""
+    return getattr(_local, "report", None)

@@ -1,0 +1,131 @@
+"""The graph rewrite: hits become loads, their upstream is culled, kept tasks that may be
+stored get a store spec. Keys do not change. DESIGN.md section 3.
+
+Decisions are made per operation (on the unfused graph), but execution is packed back
+into Dask's own fused tasks: each group of operations that came out of one fused task
+runs as one task (:func:`~client_lib.tasks.run_group`), so the scheduler sees as many
+tasks as ``dask.compute`` would give it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
+
+from .graph import Materialized
+from .hashing import GraphHashes
+from .policy import Policy
+from .tasks import StoreRun, StoreSpec, load_result, run_and_store, run_group
+from .transport import CacheClient
+
+__all__ = ["Rewritten", "cacheable_keys", "rewrite"]
+
+Key = Hashable
+
+
+@dataclass
+class Rewritten:
+    graph: dict[Key, GraphNode]
+    loaded: int
+    culled: int
+    wrapped: int
+    computed: int
+
+
+def _trivial(node: Task) -> bool:
+    """Picking an item out of a tuple or list result: never worth an entry of its own."""
+    return node.func is operator.getitem and len(node.args) == 2 and isinstance(
+        node.args[1], int)
+
+
+def _output_tasks(graph: dict[Key, GraphNode], keys: list[Key]) -> set[Key]:
+    """The requested keys, with aliases followed to the tasks that compute them."""
+    outputs = set()
+    for key in keys:
+        while isinstance(node := graph.get(key), Alias) and key not in outputs:
+            outputs.add(key)
+            key = node.target
+        outputs.add(key)
+    return outputs
+
+
+def cacheable_keys(m: Materialized, hashes: GraphHashes) -> dict[Key, str]:
+    """Keys whose results may be looked up and stored (hashed tasks without side
+    effects), with their task hashes."""
+    pinned = hashes.pinned
+    graph = m.graph
+    return {k: h for k, h in hashes.hashes.items()
+            if k not in pinned and isinstance(graph[k], Task)}
+
+
+def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
+            cacheable: dict[Key, str], hits: set[str], cache: CacheClient, policy: Policy,
+            run_id: str) -> Rewritten:
+    """Walk back from the outputs; a cacheable key whose hash is in ``hits`` becomes a
+    load under the same key and its dependencies are not visited (culled). ``order`` is
+    the graph's dependency order (from :func:`~client_lib.graph.toposort`)."""
+    graph = m.graph
+    outputs = _output_tasks(graph, m.keys)
+    task_hashes = hashes.hashes
+    labels = hashes.labels
+    run = StoreRun(cache, policy, run_id)
+    kept: dict[Key, GraphNode] = {}
+    specs: dict[Key, StoreSpec] = {}
+    loaded = computed = 0
+    stack = list(m.keys)
+    while stack:
+        key = stack.pop()
+        if key in kept or key not in graph:
+            continue
+        node = graph[key]
+        task_hash = cacheable.get(key)
+        if task_hash is not None and task_hash in hits:
+            kept[key] = Task(key, load_result, cache, task_hash, labels.get(key, ""))
+            loaded += 1
+            continue
+        kept[key] = node
+        if isinstance(node, Task):
+            computed += 1
+            if (task_hash is not None and not _trivial(node)
+                    and policy.wraps(key in outputs)):
+                deps = tuple(h for d in node.dependencies if (h := task_hashes.get(d)))
+                specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
+                                       deps)
+        stack.extend(node.dependencies)
+    executable = _pack(kept, specs, order, m.origin)
+    culled = max(len(order) - len(kept), 0)
+    return Rewritten(executable, loaded, culled, len(specs), computed)
+
+
+def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],
+          origin: dict[Key, Key]) -> dict[Key, GraphNode]:
+    """Regroup kept operations by the fused task they came from; wrap stored singles."""
+    groups: dict[Key, list[Key]] = {}
+    for key in order:  # dependency order, so every group's members are ordered too
+        if key in kept:
+            root = key
+            while root in origin:
+                root = origin[root]
+            groups.setdefault(root, []).append(key)
+    result: dict[Key, GraphNode] = {}
+    for root, members in groups.items():
+        if len(members) > 1 and root in kept:
+            inner = set(members)
+            external = sorted({d for k in members for d in kept[k].dependencies} - inner,
+                              key=str)
+            group_specs = {k: specs[k] for k in members if k in specs}
+            result[root] = Task(root, run_group, tuple((k, kept[k]) for k in members), root,
+                                tuple(external), group_specs,
+                                *(TaskRef(d) for d in external))
+            continue
+        for key in members:
+            node = kept[key]
+            spec = specs.get(key)
+            if spec is not None and isinstance(node, Task):
+                kwargs = Dict(node.kwargs) if node.kwargs else None
+                node = Task(key, run_and_store, spec, node.func, kwargs, *node.args)
+            result[key] = node
+    return result

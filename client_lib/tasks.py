@@ -1,0 +1,156 @@
+"""The functions that run inside the rewritten graph, on whatever executes tasks: threads,
+worker processes or ``dask.distributed`` workers. They need only ``client_lib`` and the
+cache URL carried in the task.
+
+A store never fails the task: the value is returned unchanged whatever happens to the
+upload. A load that cannot deliver a verified value raises :class:`CacheEntryUnavailable`
+so ``cached_compute`` can recompute without that entry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from dask.sizeof import sizeof
+
+from .errors import CacheEntryUnavailable, CacheUnavailable, ResultCacheError
+from .policy import Candidate, Policy
+from .transport import CacheClient
+
+__all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group"]
+
+logger = logging.getLogger("client_lib")
+
+_CHAIN_LIMIT = 100_000
+_chain_seconds: OrderedDict[str, float] = OrderedDict()  # task hash -> cost to recompute
+_run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+_lock = threading.Lock()
+_warned: set[str] = set()
+
+
+@dataclass(frozen=True)
+class StoreRun:
+    """What every store of one ``cached_compute`` call shares; pickled once per graph."""
+
+    cache: CacheClient
+    policy: Policy
+    run_id: str
+
+
+@dataclass(slots=True)
+class StoreSpec:
+    """What a store wrapper needs to know about its task."""
+
+    run: StoreRun
+    task_hash: str
+    label: str
+    is_output: bool
+    dep_hashes: tuple[str, ...]
+
+
+def _warn_once(message: str) -> None:
+    with _lock:
+        if message in _warned:
+            return
+        _warned.add(message)
+    logger.warning(message)
+
+
+def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
+    """The most expensive uncached chain among the dependencies, if computed here."""
+    best = 0.0
+    for h in dep_hashes:
+        best = max(best, _chain_seconds.get(h, 0.0))
+    return best
+
+
+def _record_chain(task_hash: str, seconds: float) -> None:
+    with _lock:
+        _chain_seconds[task_hash] = seconds
+        _chain_seconds.move_to_end(task_hash)
+        while len(_chain_seconds) > _CHAIN_LIMIT:
+            _chain_seconds.popitem(last=False)
+
+
+def count(run_id: str, what: str, n: int = 1) -> None:
+    with _lock:
+        _run_counts[run_id][what] += n
+
+
+def pop_counts(run_id: str) -> dict[str, int]:
+    """What the tasks of ``run_id`` did in *this* process (all of it on local schedulers)."""
+    with _lock:
+        return dict(_run_counts.pop(run_id, {}))
+
+
+def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
+    """Offer a computed value to the policy; store it if chosen. Never raises."""
+    try:
+        upstream = _upstream_seconds(spec.dep_hashes)
+        _record_chain(spec.task_hash, seconds + upstream)
+        candidate = Candidate(spec.task_hash, spec.label, seconds, upstream,
+                              sizeof(value), spec.is_output)
+        run = spec.run
+        if run.policy.should_store(candidate):
+            if run.cache.put(spec.task_hash, value, seconds + upstream, spec.label):
+                count(run.run_id, "stored")
+    except CacheUnavailable as exc:
+        _warn_once(f"result cache: storing results failed, continuing without: {exc}")
+    except Exception as exc:  # a cache problem must never fail the computation
+        _warn_once(f"result cache: could not store a {type(value).__name__} "
+                   f"({spec.label}): {type(exc).__name__}: {exc}")
+
+
+def run_and_store(spec: StoreSpec, func: Any, kwargs: dict | None, *args: Any) -> Any:
+    """Run the original task, time it, store its result if the policy says so."""
+    start = time.perf_counter()
+    value = func(*args, **kwargs) if kwargs else func(*args)
+    _maybe_store(spec, value, time.perf_counter() - start)
+    return value
+
+
+def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
+              specs: dict[Any, StoreSpec], *deps: Any) -> Any:
+    """Run the operations of one fused task (``(key, node)`` pairs in dependency order),
+    timing and offering to the policy those with a store spec. Like Dask's
+    ``_execute_subgraph``, values are dropped as soon as nothing in the group needs them.
+    """
+    values: dict[Any, Any] = dict(zip(inkeys, deps, strict=True))
+    remaining: dict[Any, int] = {}
+    for _, node in members:
+        for dep in node.dependencies:
+            remaining[dep] = remaining.get(dep, 0) + 1
+    for key, node in members:
+        spec = specs.get(key)
+        if spec is None:
+            values[key] = node(values)
+        else:
+            start = time.perf_counter()
+            value = values[key] = node(values)
+            _maybe_store(spec, value, time.perf_counter() - start)
+        for dep in node.dependencies:
+            remaining[dep] -= 1
+            if not remaining[dep] and dep != outkey:
+                del values[dep]
+    return values[outkey]
+
+
+def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
+    """Load a cached result; never returns a value that failed verification."""
+    try:
+        value = cache.get(task_hash)
+    except CacheEntryUnavailable as exc:
+        if "digest" in exc.reason:
+            try:  # the bytes are bad: drop the entry so nobody else is served them
+                cache.delete(task_hash)
+            except ResultCacheError:
+                pass
+        raise
+    except ResultCacheError as exc:
+        raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
+    return value

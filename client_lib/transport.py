@@ -1,0 +1,217 @@
+"""``CacheClient``: the HTTP side of docs/protocol.md, used by the user's process (lookup)
+and by the workers (load, store).
+
+One pooled ``httpx.Client`` per process and server (``CacheClient.shared``); bodies stream
+in ~1 MiB pieces both ways. Every method raises :class:`CacheUnavailable` when the server
+cannot be reached or answers 5xx, so callers decide how to degrade.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import urllib.parse
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import xxhash
+
+from . import codec
+from .errors import CacheEntryUnavailable, CacheProtocolError, CacheUnavailable
+
+__all__ = ["CacheClient", "StoredEntry"]
+
+_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=300.0, pool=60.0)
+_LOOKUP_BATCH = 200_000
+
+
+class StoredEntry(dict):
+    """A manifest as the server returns it (``GET /v1/entries/{hash}``)."""
+
+
+class CacheClient:
+    """A client of one cache server. Thread safe; cheap to pickle (only URL and token
+    travel, the connection pool is rebuilt in each process)."""
+
+    _shared: dict[tuple[str, str | None, int], CacheClient] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"cache URL must start with http:// or https://, got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token
+        self._http: httpx.Client | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(cls, url: str, token: str | None = None) -> CacheClient:
+        """The process-wide client for ``url`` (a fork gets its own pool)."""
+        key = (url.rstrip("/"), token, os.getpid())
+        client = cls._shared.get(key)
+        if client is None:
+            with cls._shared_lock:
+                client = cls._shared.setdefault(key, cls(url, token))
+        return client
+
+    def __reduce__(self):
+        return (CacheClient.shared, (self.url, self.token))
+
+    def __repr__(self) -> str:
+        return f"CacheClient({self.url!r})"
+
+    @property
+    def http(self) -> httpx.Client:
+        if self._http is None:
+            with self._lock:
+                if self._http is None:
+                    headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+                    # Plain HTTP needs no TLS context (building one costs ~40 ms).
+                    verify = self.url.startswith("https://")
+                    self._http = httpx.Client(base_url=self.url, timeout=_TIMEOUT,
+                                              headers=headers, verify=verify,
+                                              limits=httpx.Limits(max_connections=64))
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CacheUnavailable(f"{method} {self.url}{path} failed: {exc}") from exc
+        if response.status_code >= 500:
+            raise CacheUnavailable(f"{method} {self.url}{path}: {response.status_code} "
+                                   f"{_detail(response)}")
+        return response
+
+    # -- index --------------------------------------------------------------------------
+
+    def lookup(self, hashes: Iterable[str]) -> set[str]:
+        """Which of ``hashes`` the server holds: one request (per 200k hashes)."""
+        hashes = list(hashes)
+        found: set[str] = set()
+        for start in range(0, len(hashes), _LOOKUP_BATCH):
+            batch = hashes[start:start + _LOOKUP_BATCH]
+            response = self._request("POST", "/v1/lookup", json={"hashes": batch})
+            _expect(response, 200)
+            found.update(response.json()["found"])
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        response = self._request("GET", "/v1/stats")
+        _expect(response, 200)
+        return response.json()
+
+    def entry(self, task_hash: str) -> StoredEntry | None:
+        response = self._request("GET", f"/v1/entries/{task_hash}")
+        if response.status_code == 404:
+            return None
+        _expect(response, 200)
+        return StoredEntry(response.json())
+
+    def delete(self, task_hash: str) -> bool:
+        response = self._request("DELETE", f"/v1/entries/{task_hash}")
+        if response.status_code == 404:
+            return False
+        _expect(response, 204)
+        return True
+
+    # -- objects ------------------------------------------------------------------------
+
+    def put(self, task_hash: str, value: Any, compute_seconds: float, label: str) -> bool:
+        """Store ``value`` under ``task_hash``; ``True`` if the server now holds it."""
+        enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
+        headers = {
+            "X-Result-Kind": enc.kind,
+            "X-Result-Digest": enc.digest,
+            "X-Result-Compute-Seconds": repr(float(max(compute_seconds, 0.0))),
+            "X-Result-Label": urllib.parse.quote(label, safe=""),
+            "X-Result-Type": enc.type_name,
+            "Content-Length": str(enc.nbytes),
+        }
+        if enc.kind == "ndarray":
+            headers["X-Result-Dtype"] = enc.dtype
+            headers["X-Result-Shape"] = enc.shape
+        body = (bytes(chunk) for chunk in enc.chunks())
+        response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
+                                 headers=headers)
+        if response.status_code in (200, 201):
+            return True
+        if response.status_code in (413, 507):  # too large / no space: not an error
+            return False
+        raise CacheProtocolError(f"PUT {task_hash}: {response.status_code} "
+                                 f"{_detail(response)}")
+
+    def get(self, task_hash: str) -> Any:
+        """Load and verify the value stored under ``task_hash``.
+
+        Raises :class:`CacheEntryUnavailable` if the entry is gone or its bytes do not
+        match their digest (the value is never returned then).
+        """
+        path = f"/v1/objects/{task_hash}"
+        try:
+            with self.http.stream("GET", path) as response:
+                if response.status_code == 404:
+                    raise CacheEntryUnavailable(task_hash, "not found")
+                if response.status_code >= 500:
+                    raise CacheUnavailable(f"GET {path}: {response.status_code}")
+                _expect(response, 200)
+                h = response.headers
+                kind, digest = h["x-result-kind"], h["x-result-digest"]
+                dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
+                body = _read_body(response, kind, dtype, shape)
+        except httpx.HTTPError as exc:
+            raise CacheUnavailable(f"GET {self.url}{path} failed: {exc}") from exc
+        except KeyError as exc:
+            raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
+        actual = body[1]
+        if actual != digest:
+            raise CacheEntryUnavailable(task_hash, "downloaded bytes do not match digest")
+        return codec.decode(kind, dtype, shape, body[0])
+
+
+def _read_body(response: httpx.Response, kind: str, dtype: str,
+               shape: str) -> tuple[Any, str]:
+    """Read a streamed body into one buffer while hashing it; (buffer, digest)."""
+    hasher = xxhash.xxh3_128(f"{kind}\n{dtype}\n{shape}\n".encode("ascii"))
+    length = response.headers.get("content-length")
+    if length is not None:
+        size = int(length)
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        pos = 0
+        for chunk in response.iter_raw(codec.CHUNK_BYTES):
+            n = len(chunk)
+            if pos + n > size:
+                raise CacheProtocolError("body longer than Content-Length")
+            view[pos:pos + n] = chunk
+            hasher.update(chunk)
+            pos += n
+        if pos != size:
+            raise CacheProtocolError(f"body ended after {pos} of {size} bytes")
+        return buffer, hasher.hexdigest()
+    parts = bytearray()
+    for chunk in response.iter_raw(codec.CHUNK_BYTES):
+        parts += chunk
+        hasher.update(chunk)
+    return parts, hasher.hexdigest()
+
+
+def _expect(response: httpx.Response, status: int) -> None:
+    if response.status_code != status:
+        raise CacheProtocolError(f"{response.request.method} {response.request.url.path}: "
+                                 f"expected {status}, got {response.status_code} "
+                                 f"{_detail(response)}")
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        response.read()
+        return str(response.json().get("detail", ""))[:500]
+    except Exception:
+        return response.text[:200] if hasattr(response, "text") else ""

@@ -1,0 +1,63 @@
+"""``client_lib`` and the server implement docs/protocol.md independently; they must agree
+on what travels (kind, dtype, shape text) and on the content digest of every value."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from client_lib import codec
+from storage import ObjectHeader, content_digest
+
+dtypes = (hnp.integer_dtypes() | hnp.unsigned_integer_dtypes() | hnp.floating_dtypes()
+          | hnp.complex_number_dtypes() | hnp.boolean_dtypes() | hnp.datetime64_dtypes()
+          | hnp.timedelta64_dtypes() | hnp.byte_string_dtypes(max_len=4)
+          | hnp.unicode_string_dtypes(max_len=4))
+arrays = hnp.arrays(dtypes, hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=4))
+objects = st.recursive(st.none() | st.integers() | st.text() | st.floats(allow_nan=False),
+                       lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+                       max_leaves=10)
+
+
+def _server_digest(enc: codec.Encoded) -> str:
+    header = ObjectHeader.from_wire(enc.kind, enc.dtype or None, enc.shape or None)
+    return content_digest(header, enc.body)
+
+
+@settings(max_examples=150, deadline=None)
+@given(arrays, st.booleans())
+def test_arrays_travel_raw_and_both_sides_agree_on_the_digest(arr, fortran):
+    value = np.array(arr, order="F") if fortran else arr
+    enc = codec.encode(value)
+    assert enc.kind == "ndarray"
+    assert enc.nbytes == arr.nbytes
+    assert _server_digest(enc) == enc.digest
+    back = codec.decode(enc.kind, enc.dtype, enc.shape, bytearray(enc.body))
+    assert back.dtype == arr.dtype and back.shape == arr.shape
+    assert back.tobytes() == np.ascontiguousarray(arr).tobytes()
+    assert back.flags.writeable
+
+
+@settings(max_examples=60, deadline=None)
+@given(objects)
+def test_other_values_travel_pickled_and_both_sides_agree(value):
+    enc = codec.encode(value)
+    assert enc.kind == "pickle" and enc.dtype == "" and enc.shape == ""
+    assert _server_digest(enc) == enc.digest
+    assert codec.decode(enc.kind, "", "", bytes(enc.body)) == value
+
+
+def test_subclasses_and_object_arrays_are_pickled():
+    for value in (np.ma.masked_array([1, 2], mask=[0, 1]), np.array([1, "a"], dtype=object),
+                  np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]), np.float64(2.5)):
+        enc = codec.encode(value)
+        assert enc.kind == "pickle"
+        back = codec.decode(enc.kind, "", "", bytes(enc.body))
+        assert type(back) is type(value)
+
+
+def test_equal_bytes_with_another_shape_are_another_object():
+    a = np.arange(6.0)
+    assert codec.encode(a).digest != codec.encode(a.reshape(2, 3)).digest
