@@ -15,6 +15,7 @@ __all__ = ["COMMANDS", "cli", "main"]
 
 #: command name -> "module:attribute" of a click command.
 COMMANDS: dict[str, str] = {
+    "demo": "cache_server.commands.demo:demo",
     "serve": "cache_server.commands.serve:serve",
     "stats": "cache_server.commands.stats:stats",
 }

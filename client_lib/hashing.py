@@ -9,6 +9,7 @@ if Dask had not inlined it (so inlined and separate forms agree), containers are
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,12 +228,18 @@ def _has_side_effects(func: Any) -> bool:
     return func in _disk_shuffle_functions() or type(func) in _disk_shuffle_functions()
 
 
-@functools.cache
 def _disk_shuffle_functions() -> frozenset:
-    try:
-        from dask.dataframe import shuffle
-        from dask.dataframe.dask_expr._shuffle import DiskShuffle
-    except ImportError:  # dask without its dataframe extra
+    # A graph can only hold these if dask.dataframe was imported; never import it here
+    # (that alone costs half a second).
+    if "dask.dataframe.dask_expr._shuffle" not in sys.modules:
         return frozenset()
+    return _load_disk_shuffle_functions()
+
+
+@functools.cache
+def _load_disk_shuffle_functions() -> frozenset:
+    from dask.dataframe import shuffle
+    from dask.dataframe.dask_expr._shuffle import DiskShuffle
+
     return frozenset({shuffle.barrier, shuffle.collect, shuffle.maybe_buffered_partd,
                       DiskShuffle._shuffle_group})

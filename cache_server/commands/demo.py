@@ -1,0 +1,66 @@
+"""``dask-cache demo``: the branch scenario end to end, on a throwaway embedded server.
+
+Starts a cache server with its own embedded Redis on a temporary data directory, runs
+``examples/branches.py`` as two separate processes (branch ``a``, then branch ``b``),
+prints both timings and the server's statistics, and stops the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+import httpx
+
+from cache_server.launch import start_server
+
+__all__ = ["demo", "find_example"]
+
+
+def find_example() -> Path:
+    """``examples/branches.py`` of the source tree this package runs from."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "branches.py"
+    if not path.is_file():
+        raise click.ClickException(
+            f"{path} not found: the demo runs the example of a source checkout "
+            "(pip install -e .)")
+    return path
+
+
+def _run_branch(example: Path, branch: str, scheduler: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, str(example), branch, "--scheduler", scheduler],
+                         env=env, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise click.ClickException(f"branch {branch} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@click.command()
+@click.option("--sleep", default=1.0, show_default=True, type=float,
+              help="seconds each step of the example sleeps")
+@click.option("--scheduler", default="threads", show_default=True,
+              help="threads | processes | sync | local-cluster")
+def demo(sleep: float, scheduler: str) -> None:
+    """Run the branch example twice against a temporary embedded cache server."""
+    example = find_example()
+    with tempfile.TemporaryDirectory(prefix="dask-cache-demo-") as data_dir:
+        click.echo(f"starting a cache server (embedded Redis) on {data_dir} ...")
+        with start_server(data_dir) as server:
+            env = {**os.environ, "DASK_RESULT_CACHE__URL": server.url,
+                   "BRANCHES_SLEEP": str(sleep)}
+            click.echo(f"cache server at {server.url}")
+            click.echo("step_1 -> step_2 -> {step_3a, step_3b}, "
+                       f"each step sleeping {sleep:g} s, scheduler {scheduler}")
+            a = _run_branch(example, "a", scheduler, env)
+            click.echo(f"process A, branch 3a: {a['seconds']:.2f} s "
+                       f"(computed {a['computed']} tasks)")
+            b = _run_branch(example, "b", scheduler, env)
+            click.echo(f"process B, branch 3b: {b['seconds']:.2f} s "
+                       f"(found {b['hits']}, loaded {b['loaded']}, computed {b['computed']})")
+            stats = httpx.get(f"{server.url}/v1/stats", timeout=10).json()
+            click.echo("server stats: " + json.dumps(stats))
