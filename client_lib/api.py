@@ -51,13 +51,15 @@ def resolve_cache(cache: Any = None) -> CacheClient | None:
     if isinstance(cache, CacheClient):
         return cache
     token = dask.config.get("result-cache.token", None)
-    if cache is None:
+    from_config = cache is None
+    if from_config:
         cache = dask.config.get("result-cache.url", None)
         if not cache:
             return None
     if not isinstance(cache, str):
         raise TypeError(f"cache must be a URL or a CacheClient, not {type(cache).__name__}")
-    return CacheClient.shared(cache, token)
+    # A configured URL is re-read from each worker's own config (see CacheClient).
+    return CacheClient.shared(cache, token, from_config=from_config)
 
 
 def cached_compute(

@@ -14,6 +14,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
+import dask.config
 import httpx
 import xxhash
 
@@ -32,30 +33,45 @@ class StoredEntry(dict):
 
 class CacheClient:
     """A client of one cache server. Thread safe; cheap to pickle (only URL and token
-    travel, the connection pool is rebuilt in each process)."""
+    travel, the connection pool is rebuilt in each process).
 
-    _shared: dict[tuple[str, str | None, int], CacheClient] = {}
+    ``from_config=True`` marks a client whose URL came from ``dask.config`` rather than an
+    explicit argument. Unpickled in another process (a Dask worker), such a client follows
+    *that* process's ``result-cache.url`` when it has one (with that process's
+    ``result-cache.token``; the sender's token never goes to another address): the
+    user's process may know the server by an address the workers cannot reach
+    (``http://localhost:8780`` on a Docker host, ``http://cache-server:8780`` inside the
+    stack). Hashes name computations, not servers, so a worker that reaches a different
+    server than the client still returns correct values: its loads miss and are recomputed.
+    An explicit URL travels unchanged.
+    """
+
+    _shared: dict[tuple[str, str | None, bool, int], CacheClient] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, url: str, token: str | None = None) -> None:
+    def __init__(self, url: str, token: str | None = None, *, from_config: bool = False) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"cache URL must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token
+        self.from_config = from_config
         self._http: httpx.Client | None = None
         self._lock = threading.Lock()
 
     @classmethod
-    def shared(cls, url: str, token: str | None = None) -> CacheClient:
+    def shared(cls, url: str, token: str | None = None, *,
+               from_config: bool = False) -> CacheClient:
         """The process-wide client for ``url`` (a fork gets its own pool)."""
-        key = (url.rstrip("/"), token, os.getpid())
+        key = (url.rstrip("/"), token, from_config, os.getpid())
         client = cls._shared.get(key)
         if client is None:
             with cls._shared_lock:
-                client = cls._shared.setdefault(key, cls(url, token))
+                client = cls._shared.setdefault(key, cls(url, token, from_config=from_config))
         return client
 
     def __reduce__(self):
+        if self.from_config:
+            return (_configured_client, (self.url, self.token))
         return (CacheClient.shared, (self.url, self.token))
 
     def __repr__(self) -> str:
@@ -207,6 +223,16 @@ def _expect(response: httpx.Response, status: int) -> None:
         raise CacheProtocolError(f"{response.request.method} {response.request.url.path}: "
                                  f"expected {status}, got {response.status_code} "
                                  f"{_detail(response)}")
+
+
+def _configured_client(url: str, token: str | None) -> CacheClient:
+    """Unpickle a ``from_config`` client: this process's own settings win over the sender's."""
+    own_url = dask.config.get("result-cache.url", None)
+    if not own_url:
+        return CacheClient.shared(url, token, from_config=True)
+    # The sender's token is never sent to a URL the sender did not choose.
+    return CacheClient.shared(own_url, dask.config.get("result-cache.token", None),
+                              from_config=True)
 
 
 def _detail(response: httpx.Response) -> str:
