@@ -1,0 +1,170 @@
+"""docker-compose.yml, the Dockerfile and .dockerignore, checked without a Docker engine:
+``docker-compose config`` validates and interpolates the compose file (CI installs Debian's
+docker-compose, see .ci/run), and the structure the README and DESIGN.md promise is asserted
+on its output."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import subprocess
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.deploy._compose import (
+    COMPOSE_FILE,
+    ROOT,
+    compose_config,
+    compose_environment,
+    compose_variables,
+    docker_compose,
+    dockerfile_instructions,
+    healthcheck_command,
+    image_cmd,
+    image_env,
+    service_command,
+)
+
+
+@pytest.fixture(scope="module")
+def services():
+    return compose_config()["services"]
+
+
+def published(service) -> dict[int, int]:
+    """container port -> host port (docker-compose 1.29 prints the long syntax)."""
+    return {int(p["target"]): int(p["published"]) for p in service.get("ports", [])}
+
+
+def volumes(service) -> dict[str, str]:
+    """mount path -> volume name"""
+    mounts = (v.split(":") for v in service.get("volumes", []))
+    return {target: source for source, target, *_ in mounts}
+
+
+def test_docker_compose_config_validates_the_file():
+    out = subprocess.run([docker_compose(), "-f", str(COMPOSE_FILE), "config", "-q"],
+                         cwd=ROOT, env=compose_environment({}), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert not out.stderr  # no deprecation warnings either
+
+
+def test_services_and_named_volumes():
+    config = compose_config()
+    assert set(config["services"]) == {"redis", "cache-server", "scheduler", "worker"}
+    assert set(config["volumes"]) == {"redis-data", "cache-data"}
+    assert "version" not in COMPOSE_FILE.read_text().split("services:")[0]  # Compose Spec
+
+
+def test_redis(services):
+    redis = services["redis"]
+    assert redis["image"].startswith("redis:")  # the official image
+    argv = service_command(redis)
+    assert argv[0] == "redis-server"
+    assert argv[argv.index("--appendonly") + 1] == "yes"
+    assert volumes(redis)[argv[argv.index("--dir") + 1]] == "redis-data"
+    assert healthcheck_command(redis)[0] == "redis-cli" and healthcheck_command(redis)[-1] == "ping"
+    assert not published(redis)  # only the stack reaches Redis
+
+
+def test_cache_server(services):
+    server = services["cache-server"]
+    assert server["build"]["context"] == str(ROOT)
+    env = {**image_env(), **server["environment"]}
+    redis_url = urlsplit(env["RESULT_CACHE_REDIS_URL"])
+    redis_argv = service_command(services["redis"])
+    assert (redis_url.scheme, redis_url.hostname) == ("redis", "redis")
+    assert str(redis_url.port) == redis_argv[redis_argv.index("--port") + 1]
+    assert volumes(server)[env["RESULT_CACHE_DATA_DIR"]] == "cache-data"
+    port = int(env["RESULT_CACHE_PORT"])
+    assert published(server) == {port: 8780}
+    assert service_command(server)[:2] == ["dask-cache", "serve"]  # the image's CMD
+    assert f"127.0.0.1:{port}/healthz" in " ".join(healthcheck_command(server))
+    assert server["depends_on"] == {"redis": {"condition": "service_healthy"}}
+
+
+def test_scheduler_and_workers(services):
+    scheduler, worker, server = services["scheduler"], services["worker"], services["cache-server"]
+    assert scheduler["image"] == worker["image"] == server["image"]  # the image built here
+    s_argv = service_command(scheduler)
+    assert s_argv[:2] == ["dask", "scheduler"]
+    dashboard = int(s_argv[s_argv.index("--dashboard-address") + 1].rsplit(":", 1)[1])
+    assert published(scheduler) == {8786: 8786, dashboard: 8787}
+    assert f"127.0.0.1:{dashboard}/health" in " ".join(healthcheck_command(scheduler))
+
+    w_argv = service_command(worker)
+    assert w_argv[:3] == ["dask", "worker", "tcp://scheduler:8786"]
+    assert worker["deploy"]["replicas"] == 2
+    cache_url = urlsplit(worker["environment"]["DASK_RESULT_CACHE__URL"])
+    assert (cache_url.scheme, cache_url.hostname) == ("http", "cache-server")
+    assert cache_url.port == int(server["environment"]["RESULT_CACHE_PORT"])
+    assert worker["depends_on"] == {"scheduler": {"condition": "service_healthy"},
+                                    "cache-server": {"condition": "service_healthy"}}
+    assert not published(worker)
+
+
+def test_every_setting_is_a_documented_variable_with_a_default():
+    variables = compose_variables()
+    assert {"CACHE_PORT", "SCHEDULER_PORT", "DASHBOARD_PORT", "WORKERS", "CACHE_DATA"} <= set(
+        variables)
+    header = COMPOSE_FILE.read_text().split("services:")[0]
+    for name, default in variables.items():
+        assert default, f"${{{name}}} has no default"
+        assert f"{name}={default}" in header, f"{name} is not documented in the header"
+
+
+def test_settings_change_the_wiring_consistently():
+    config = compose_config({"CACHE_PORT": "9780", "SCHEDULER_PORT": "9786", "WORKERS": "3",
+                             "CACHE_DATA": "./my-cache"})
+    services = config["services"]
+    assert services["worker"]["deploy"]["replicas"] == 3
+    assert services["worker"]["environment"]["DASK_RESULT_CACHE__URL"] == (
+        "http://cache-server:9780")
+    assert service_command(services["worker"])[2] == "tcp://scheduler:9786"
+    assert published(services["cache-server"]) == {9780: 9780}
+    assert published(services["scheduler"])[9786] == 9786
+    assert volumes(services["cache-server"])["/data"] == str(ROOT / "my-cache")  # a bind mount
+
+
+# -- the image -------------------------------------------------------------------------------
+
+
+def test_dockerfile():
+    instructions = dockerfile_instructions()
+    words = [word for word, _ in instructions]
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    installs = [args for word, args in instructions if word == "RUN" and "pip install" in args]
+    assert installs and not any("test" in args for args in installs)  # no test extras
+    (user,) = [args for word, args in instructions if word == "USER"]
+    assert user not in {"root", "0"}
+    assert words.index("USER") < words.index("CMD")
+    assert ("EXPOSE", "8780") in instructions
+    assert image_env()["RESULT_CACHE_PORT"] == "8780"
+    assert image_cmd() == ["dask-cache", "serve", "--host", "0.0.0.0"]
+    # nothing secret baked in: no credentials among ENV/ARG names
+    for word, args in instructions:
+        if word in {"ENV", "ARG"}:
+            assert not re.search(r"TOKEN|PASSWORD|SECRET|KEY", args, re.I), args
+
+
+def test_dockerignore_keeps_what_the_image_copies():
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    copied = [args.split()[:-1] for word, args in dockerfile_instructions() if word == "COPY"]
+    sources = [source for group in copied for source in group]
+    assert {"cache_server", "client_lib", "storage", "examples", "pyproject.toml"} <= set(
+        sources)
+
+    def ignored(path: str) -> bool:
+        parts = path.split("/")
+        prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        return any(fnmatch.fnmatch(p, pat.removeprefix("**/")) or fnmatch.fnmatch(p, pat)
+                   for p in prefixes for pat in patterns)
+
+    for source in sources:
+        assert (ROOT / source).exists(), source
+        assert not ignored(source), f"{source} is copied but .dockerignore excludes it"
+    for secret_or_bulk in (".env", ".git", "tests", ".dask-result-cache"):
+        assert ignored(secret_or_bulk)
