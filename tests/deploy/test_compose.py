@@ -88,6 +88,7 @@ def test_cache_server(services):
 def test_scheduler_and_workers(services):
     scheduler, worker, server = services["scheduler"], services["worker"], services["cache-server"]
     assert scheduler["image"] == worker["image"] == server["image"]  # the image built here
+    assert scheduler["build"] == worker["build"] == server["build"]  # built, never pulled
     s_argv = service_command(scheduler)
     assert s_argv[:2] == ["dask", "scheduler"]
     dashboard = int(s_argv[s_argv.index("--dashboard-address") + 1].rsplit(":", 1)[1])
