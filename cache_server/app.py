@@ -1,31 +1,62 @@
 """The FastAPI application: ``create_app(settings)``.
 
-The lifespan connects to Redis (starting the embedded one when no ``redis_url`` is set),
-opens the storage under ``data_dir``, and undoes both on shutdown (SIGTERM and SIGINT go
-through uvicorn's graceful shutdown, hence through here).
+The lifespan takes the data directory's lock (one server per directory), connects to Redis
+(starting the embedded one when no ``redis_url`` is set), opens the storage under
+``data_dir``, and undoes all of it on shutdown (SIGTERM and SIGINT go through uvicorn's
+graceful shutdown, hence through here).
+
+Authentication (:mod:`cache_server.auth`): every route but ``/healthz`` needs a read token,
+and routes that change the cache a write token, once any token is configured. The API
+description (``/openapi.json``, ``/docs``) is served behind the same read check.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse
 
+from cache_server.auth import ReadAccess, TokenTable
 from cache_server.cache import ResultCache
+from cache_server.data_lock import DataDirLock
 from cache_server.embedded_redis import EmbeddedRedis
 from cache_server.errors import install_error_handlers
 from cache_server.index import RedisIndex
+from cache_server.limits import JsonBodyLimit
 from cache_server.metrics import Metrics, MetricsMiddleware
 from cache_server.redis_client import connect
+from cache_server.responses import COMMON_ERRORS, errors
 from cache_server.routers import entries, health, lookup, objects, stats
 from cache_server.settings import Settings
 from storage import LocalStorage
 
 __all__ = ["create_app"]
+
+logger = logging.getLogger("cache_server")
+
+#: How long a starting server waits for a previous one on the same data dir to let go.
+LOCK_WAIT_SECONDS = 10.0
+
+
+def _warn_without_tokens(host: str) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    reach = "any process on this machine" if loopback else f"anyone who can reach {host}"
+    logger.warning(
+        "\n%s\nNO AUTHENTICATION: no tokens are configured, so %s can read, overwrite and "
+        "delete cached results.\nSet RESULT_CACHE_TOKENS='read:<token>,write:<token>' (or "
+        "RESULT_CACHE_TOKENS_FILE) to require bearer tokens.\n%s",
+        "!" * 78, reach, "!" * 78,
+    )  # fmt: skip
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -33,44 +64,73 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app's lifespan runs (uvicorn does that)."""
     settings = settings or Settings()
     metrics = Metrics()
+    # Parsed now, so a malformed token configuration fails before anything starts.
+    tokens = TokenTable.from_settings(settings.tokens, settings.tokens_file)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not tokens.enabled:
+            _warn_without_tokens(settings.host)
         data_dir = settings.data_dir.resolve()
         data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock(data_dir)
+        await to_thread.run_sync(lock.acquire, LOCK_WAIT_SECONDS)
         embedded: EmbeddedRedis | None = None
-        redis_url = settings.redis_url
-        if redis_url is None:
-            embedded = EmbeddedRedis(data_dir / "redis")
-            redis_url = await to_thread.run_sync(embedded.start)
-        client = connect(redis_url)
+        client = None
         try:
+            redis_url = settings.redis_url
+            if redis_url is None:
+                embedded = EmbeddedRedis(data_dir / "redis")
+                redis_url = await to_thread.run_sync(embedded.start)
+            client = connect(redis_url)
             index = RedisIndex(
-                client, prefix=settings.redis_prefix, events_maxlen=settings.events_maxlen
+                client,
+                prefix=settings.redis_prefix,
+                events_maxlen=settings.events_maxlen,
+                eviction_half_life=settings.eviction_half_life,
             )
             storage = LocalStorage(data_dir)
-            app.state.cache = ResultCache(index, storage, metrics, settings.max_body_bytes)
+            app.state.cache = ResultCache(
+                index, storage, metrics, settings.max_body_bytes, settings.max_bytes
+            )
             yield
         finally:
-            await client.aclose()
+            if client is not None:
+                await client.aclose()
             if embedded is not None:
                 await to_thread.run_sync(embedded.stop)
+            lock.release()
 
     app = FastAPI(
         title="dask-result-cache",
         summary="Content-addressed, persistent result cache for Dask (protocol v1)",
         version="1",
         lifespan=lifespan,
+        openapi_url=None,  # served below, behind the read check
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    for module in (lookup, objects, entries, stats, health):
-        app.include_router(module.router)
+    app.state.tokens = tokens
+    guarded = errors(*COMMON_ERRORS)
+    for module in (lookup, objects, entries, stats):
+        app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
+    app.include_router(health.router, responses=errors(503))
     install_error_handlers(app)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[ReadAccess])
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[ReadAccess])
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="dask-result-cache")
 
     @app.exception_handler(ClientDisconnect)
     async def client_went_away(request: Request, exc: ClientDisconnect) -> JSONResponse:
         return JSONResponse({"detail": "client disconnected"}, status_code=400)
 
+    app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

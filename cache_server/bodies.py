@@ -6,7 +6,7 @@ A 256 MiB body sent as one ``bytes`` object moves at ~0.1 GB/s, streamed in ~1 M
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 from anyio import from_thread
 from starlette.requests import Request
@@ -21,15 +21,18 @@ PIECE_BYTES = 2**20
 class RequestBody:
     """A request body read in pieces of about ``PIECE_BYTES``, at most ``limit`` bytes in all.
 
-    Exceeding ``limit`` raises :class:`BodyTooLarge` from the read that crossed it, so the
-    consumer (a storage write) fails and cleans up. Use either from the event loop
-    (:meth:`read_piece`, :meth:`drain`) or from one worker thread (:meth:`pieces`), not both
-    at once.
+    Exceeding ``limit`` raises ``too_large()`` (default :class:`BodyTooLarge`) from the read
+    that crossed it, so the consumer (a storage write) fails and cleans up. Use either from
+    the event loop (:meth:`read_piece`, :meth:`drain`) or from one worker thread
+    (:meth:`pieces`), not both at once.
     """
 
-    def __init__(self, request: Request, limit: int) -> None:
+    def __init__(
+        self, request: Request, limit: int, too_large: Callable[[], Exception] | None = None
+    ) -> None:
         self._stream = request.stream().__aiter__()
         self._limit = limit
+        self._too_large = too_large or (lambda: BodyTooLarge(limit))
         self._done = False
         self.nbytes = 0
 
@@ -47,7 +50,7 @@ class RequestBody:
             self.nbytes += len(chunk)
             if self.nbytes > self._limit:
                 self._done = True
-                raise BodyTooLarge(self._limit)
+                raise self._too_large()
             if not buffer and len(chunk) >= PIECE_BYTES:
                 return chunk  # already large: no copy
             buffer += chunk

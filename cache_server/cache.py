@@ -4,11 +4,28 @@ Like Bazel's remote cache, an index hit counts only if the object it names can s
 and verified; otherwise the entry is dropped (a ``corrupt`` event) and the answer is a miss.
 Objects are durable before their manifest is written, and removed only once no entry
 references their digest.
+
+Order of operations (DESIGN.md invariant 4). Storing: object durable, then manifest.
+Removing (delete, evict, corrupt): manifest first (one Redis transaction that also tells how
+many entries still reference the digest), then the object, only if none does. A crash
+between the two steps therefore leaves an object without a manifest (swept by ``gc``),
+never a manifest without its object. Both sequences hold the digest's lock, so a store that
+reuses an existing object cannot interleave with the removal of that object's last
+reference; this holds within one server process, and the data directory's lock
+(:mod:`cache_server.data_lock`) admits only one server, or one ``gc``/``reindex``, at a time.
+
+Size cap (``max_bytes``): before an object of known size is written, and again once it is
+indexed, entries are evicted, lowest :mod:`cache_server.eviction` score first and pinned
+entries never, until the distinct stored objects fit. Concurrent uploads can overshoot the
+cap by what is in flight until each of them finishes. An object larger than the cap, or one
+that only fits by evicting pinned entries, is refused with 507, as is a write that finds the
+disk full.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 from collections.abc import AsyncIterator
@@ -16,9 +33,17 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from anyio import to_thread
+from redis.exceptions import RedisError
+from starlette.requests import Request
 
 from cache_server.bodies import RequestBody
-from cache_server.errors import BodyTooLarge, EntryNotFound, InvalidRequest
+from cache_server.errors import (
+    BodyTooLarge,
+    EntryNotFound,
+    InsufficientStorage,
+    InvalidRequest,
+    storage_full,
+)
 from cache_server.index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Manifest
@@ -33,7 +58,14 @@ from storage import (
     is_digest,
 )
 
-__all__ = ["ResultCache", "Upload"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_TYPE_CHARS", "ResultCache", "Upload"]
+
+logger = logging.getLogger("cache_server")
+
+MAX_LABEL_CHARS = 1024
+MAX_TYPE_CHARS = 512
+#: Entries read from the low end of the eviction order per round trip.
+_EVICTION_BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -53,6 +85,10 @@ class Upload:
             raise InvalidRequest("X-Result-Digest must be 32 lowercase hex characters")
         if not math.isfinite(self.compute_seconds) or self.compute_seconds < 0:
             raise InvalidRequest("X-Result-Compute-Seconds must be a finite float >= 0")
+        if len(self.label) > MAX_LABEL_CHARS:
+            raise InvalidRequest(f"X-Result-Label is longer than {MAX_LABEL_CHARS} characters")
+        if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
+            raise InvalidRequest(f"X-Result-Type is longer than {MAX_TYPE_CHARS} characters")
 
 
 class _DigestLocks:
@@ -81,13 +117,26 @@ class ResultCache:
     """Lookup, store, load and delete task results. One instance per app; coroutine-safe."""
 
     def __init__(
-        self, index: RedisIndex, storage: LocalStorage, metrics: Metrics, max_body_bytes: int
+        self,
+        index: RedisIndex,
+        storage: LocalStorage,
+        metrics: Metrics,
+        max_body_bytes: int,
+        max_bytes: int | None = None,
     ) -> None:
         self.index = index
         self.storage = storage
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
+        self.max_bytes = max_bytes
         self._digest_locks = _DigestLocks()
+
+    def request_body(self, request: Request) -> RequestBody:
+        """The upload's body, cut off at ``max_body_bytes`` (413) or at the cap (507)."""
+        if self.max_bytes is not None and self.max_bytes < self.max_body_bytes:
+            cap = self.max_bytes
+            return RequestBody(request, cap, too_large=lambda: self._too_large(None))
+        return RequestBody(request, self.max_body_bytes)
 
     async def lookup(self, hashes: list[str]) -> list[str]:
         found = await self.index.lookup(hashes)
@@ -113,19 +162,33 @@ class ResultCache:
         if existing is not None:
             await body.drain()
             return existing, False
+        size = upload.header.expected_nbytes
+        size = upload.content_length if size is None else size
+        if size is not None and not await to_thread.run_sync(self.storage.exists, upload.digest):
+            await self._make_room(size)
         now = time.time()
         reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now)
         async with self._digest_locks.hold(upload.digest):
-            result = await to_thread.run_sync(
-                lambda: self.storage.put(
-                    upload.header,
-                    body.pieces(),
-                    digest=upload.digest,
-                    task=reference,
-                    type_name=upload.type_name,
+            try:
+                result = await to_thread.run_sync(
+                    lambda: self.storage.put(
+                        upload.header,
+                        body.pieces(),
+                        digest=upload.digest,
+                        task=reference,
+                        type_name=upload.type_name,
+                    )
                 )
-            )
+            except OSError as exc:
+                if storage_full(exc):
+                    raise InsufficientStorage(f"the server's disk is full: {exc}") from exc
+                raise
             sidecar = result.sidecar
+            if self.max_bytes is not None and sidecar.nbytes > self.max_bytes:
+                # Streamed without a length and larger than the cap: unreachable for anyone
+                # but this upload, so remove it again (under the digest's lock).
+                await self._forget_unindexed(upload.digest, upload.task_hash, result.created)
+                raise self._too_large(sidecar.nbytes)
             manifest = Manifest(
                 hash=upload.task_hash,
                 digest=upload.digest,
@@ -144,7 +207,30 @@ class ResultCache:
         self.metrics.bytes_received.inc(body.nbytes)
         if created:
             self.metrics.stores.inc()
+            await self._enforce_cap(keep=upload.task_hash)
         return indexed, created
+
+    async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest:
+        """Pin (never evicted) or unpin an entry; idempotent. The pin is recorded in the
+        object's sidecar first, then in the index, so a rebuilt index keeps it."""
+        manifest = await self.manifest(task_hash)
+        async with self._digest_locks.hold(manifest.digest):
+            try:
+                await to_thread.run_sync(
+                    self.storage.set_pinned, manifest.digest, task_hash, pinned
+                )
+            except (ObjectNotFound, CorruptObject):
+                await self._drop_corrupt(manifest, locked=True)
+                raise EntryNotFound(task_hash) from None
+            except KeyError:  # the sidecar lost this reference: record it again
+                reference = TaskReference(
+                    task_hash, manifest.label, manifest.compute_seconds, manifest.created, pinned
+                )
+                await to_thread.run_sync(self.storage.add_task, manifest.digest, reference)
+            updated = await self.index.set_pinned(task_hash, pinned)
+        if updated is None:
+            raise EntryNotFound(task_hash)
+        return updated
 
     async def load(self, task_hash: str) -> tuple[Manifest, StoredObject]:
         """Read and verify an entry's object and count the hit; a missing or corrupt object
@@ -155,7 +241,10 @@ class ResultCache:
         except (ObjectNotFound, CorruptObject):
             await self._drop_corrupt(manifest)
             raise EntryNotFound(task_hash) from None
-        await self.index.record_hit(manifest)
+        try:
+            await self.index.record_hit(manifest)
+        except RedisError as exc:  # the value is verified: a lost hit count must not lose it
+            logger.warning("could not count a hit of %s: %s", task_hash, exc)
         self.metrics.hits.inc()
         self.metrics.bytes_sent.inc(stored.body.nbytes)
         return manifest, stored
@@ -171,12 +260,88 @@ class ResultCache:
     async def delete(self, task_hash: str) -> None:
         """Drop an entry; its object goes too once no other entry references the digest."""
         manifest = await self.manifest(task_hash)
+        if not await self._remove(manifest, "delete"):
+            raise EntryNotFound(task_hash)
+
+    async def evict(self, task_hash: str) -> int:
+        """Evict one entry (pinned or not: callers choose); returns the bytes freed (its
+        object's size if no other entry references it, else 0)."""
+        manifest = await self.index.manifest(task_hash)
+        if manifest is None or not await self._remove(manifest, "evict"):
+            return 0
+        self.metrics.evictions.inc()
+        return manifest.nbytes
+
+    async def enforce_cap(self) -> int:
+        """Evict (never pinned entries) until the stored objects fit ``max_bytes``; returns
+        how many entries were evicted. For ``gc``; stores do this themselves."""
+        evicted = 0
+        while self.max_bytes is not None:
+            if await self.index.stored_bytes() <= self.max_bytes:
+                break
+            victims = await self.index.eviction_candidates(_EVICTION_BATCH)
+            if not victims:
+                break
+            for task_hash in victims:
+                await self.evict(task_hash)
+                evicted += 1
+                if await self.index.stored_bytes() <= self.max_bytes:
+                    break
+        return evicted
+
+    async def _remove(self, manifest: Manifest, reason: str) -> bool:
+        """Manifest first, then the object if no entry references it any more."""
         async with self._digest_locks.hold(manifest.digest):
-            removed = await self.index.remove(task_hash)
+            removed = await self.index.remove(manifest.hash, reason=reason)
             if removed is None:
-                raise EntryNotFound(task_hash)
+                return False
             _, remaining = removed
-            await to_thread.run_sync(self._forget_object, manifest.digest, task_hash, remaining)
+            await to_thread.run_sync(
+                self._forget_object, manifest.digest, manifest.hash, remaining
+            )
+        return True
+
+    def _too_large(self, nbytes: int | None) -> InsufficientStorage:
+        size = "the object" if nbytes is None else f"an object of {nbytes} bytes"
+        return InsufficientStorage(f"{size} is larger than the cache (max_bytes {self.max_bytes})")
+
+    async def _make_room(self, need: int, keep: str | None = None) -> None:
+        """Evict until ``need`` more bytes fit under the cap; 507 if only pinned entries
+        (and ``keep``) are left to evict."""
+        cap = self.max_bytes
+        if cap is None:
+            return
+        if need > cap:
+            raise self._too_large(need)
+        while True:
+            used = await self.index.stored_bytes()
+            if used + need <= cap:
+                return
+            victims = [h for h in await self.index.eviction_candidates(_EVICTION_BATCH + 1)
+                       if h != keep][:_EVICTION_BATCH]  # fmt: skip
+            if not victims:
+                raise InsufficientStorage(
+                    f"no room for {need} more bytes: {used} of max_bytes {cap} are held by "
+                    "pinned entries (unpin some, or raise RESULT_CACHE_MAX_BYTES)"
+                )
+            for task_hash in victims:
+                await self.evict(task_hash)
+                if await self.index.stored_bytes() + need <= cap:
+                    return
+
+    async def _enforce_cap(self, keep: str) -> None:
+        """After indexing ``keep``: evict others until the cap holds again; if only pinned
+        entries are left, evict ``keep`` itself and answer 507."""
+        try:
+            await self._make_room(0, keep=keep)
+        except InsufficientStorage:
+            await self.evict(keep)
+            raise
+
+    async def _forget_unindexed(self, digest: str, task_hash: str, created: bool) -> None:
+        """Undo a put that will not be indexed (caller holds the digest's lock)."""
+        remaining = 0 if created else len(await self.index.references(digest))
+        await to_thread.run_sync(self._forget_object, digest, task_hash, remaining)
 
     def _check_length(self, upload: Upload) -> None:
         expected = upload.header.expected_nbytes
@@ -190,13 +355,19 @@ class ResultCache:
         if expected is not None and length != expected:
             raise BodySizeMismatch(expected, length)
 
-    async def _drop_corrupt(self, manifest: Manifest) -> None:
+    async def _drop_corrupt(self, manifest: Manifest, *, locked: bool = False) -> None:
         self.metrics.corrupt.inc()
+        if locked:
+            await self._drop_corrupt_locked(manifest)
+            return
         async with self._digest_locks.hold(manifest.digest):
-            await self.index.remove(manifest.hash, reason="corrupt")
-            # A corrupt object is useless to every entry naming it: remove it now; the others
-            # are dropped as they are next read.
-            await to_thread.run_sync(self.storage.delete, manifest.digest)
+            await self._drop_corrupt_locked(manifest)
+
+    async def _drop_corrupt_locked(self, manifest: Manifest) -> None:
+        await self.index.remove(manifest.hash, reason="corrupt")
+        # A corrupt object is useless to every entry naming it: remove it now; the others
+        # are dropped as they are next read.
+        await to_thread.run_sync(self.storage.delete, manifest.digest)
 
     def _forget_object(self, digest: str, task_hash: str, remaining: int) -> None:
         try:

@@ -6,6 +6,7 @@ request-validation errors are translated here, in one place.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
@@ -21,9 +22,13 @@ __all__ = [
     "BadUpload",
     "BodyTooLarge",
     "EntryNotFound",
+    "Forbidden",
+    "InsufficientStorage",
     "InvalidRequest",
     "ServiceUnavailable",
+    "Unauthorized",
     "install_error_handlers",
+    "storage_full",
 ]
 
 
@@ -31,6 +36,8 @@ class ApiError(Exception):
     """An error answered with ``status_code`` and ``{"detail": message}``."""
 
     status_code = 500
+    #: Extra response headers (``WWW-Authenticate`` on 401).
+    headers: dict[str, str] | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -65,6 +72,35 @@ class BodyTooLarge(ApiError):
 
 class ServiceUnavailable(ApiError):
     status_code = 503
+
+
+class Unauthorized(ApiError):
+    """No bearer token, or one the server does not know (RFC 6750: ``invalid_token``)."""
+
+    status_code = 401
+    headers = {"WWW-Authenticate": 'Bearer realm="dask-result-cache"'}
+
+
+class Forbidden(ApiError):
+    """A valid token whose scope does not allow this request (read token, write request)."""
+
+    status_code = 403
+
+
+class InsufficientStorage(ApiError):
+    """No room for an object: larger than ``max_bytes``, the cache is full of pinned
+    entries, or the disk itself is full."""
+
+    status_code = 507
+
+
+#: ``OSError`` numbers that mean "the disk is full" (or a per-file or per-user limit hit).
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file system saying there is no room."""
+    return isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -107,7 +143,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return _error(exc.status_code, exc.message)
+        response = _error(exc.status_code, exc.message)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -39,6 +39,9 @@ class Metrics:
         self.corrupt = Counter(
             "result_cache_corrupt", "entries dropped as missing or corrupt", registry=self.registry
         )
+        self.evictions = Counter(
+            "result_cache_evictions", "entries evicted for max_bytes", registry=self.registry
+        )
         self.bytes_received = Counter(
             "result_cache_received_bytes", "object body bytes received", registry=self.registry
         )

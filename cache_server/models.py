@@ -43,6 +43,7 @@ class Manifest(BaseModel):
     created: float
     last_access: float = 0.0
     hits: int = 0
+    pinned: bool = Field(default=False, description="pinned entries are never evicted")
 
 
 class EntryList(BaseModel):
@@ -61,10 +62,16 @@ class Stats(BaseModel):
     saved_seconds: float = Field(description="compute seconds of every hit served")
     deletes: int
     corrupt: int
+    evictions: int = Field(description="entries evicted to respect max_bytes")
+    stored_bytes: int = Field(
+        description="sum of nbytes over distinct stored objects (what max_bytes limits)"
+    )
+    max_bytes: int | None = Field(default=None, description="the size cap; null: none")
+    pinned: int = Field(description="pinned entries")
 
 
 class Event(BaseModel):
-    kind: Literal["store", "hit", "delete", "corrupt", "lookup"]
+    kind: Literal["store", "hit", "delete", "corrupt", "evict", "lookup"]
     time: float
     hash: str | None = None
     label: str | None = None

@@ -5,12 +5,38 @@ The prefix is not ``DASK_`` on purpose: server settings must never land in Dask'
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "parse_size"]
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_size(value: Any) -> Any:
+    """A size with an optional unit -> bytes: ``"500MB"``, ``"2GiB"``, ``"1.5GB"``, ``"1048576"``.
+
+    Anything else is returned unchanged for pydantic to refuse with its own message;
+    ``""`` and ``None`` mean "not set".
+    """
+    if value is None or isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        match = _SIZE.match(value)
+        if match and match.group(2).lower() in _UNITS:
+            return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return value
+
+
+ByteSize = Annotated[int | None, BeforeValidator(parse_size)]
 
 
 class Settings(BaseSettings):
@@ -36,4 +62,25 @@ class Settings(BaseSettings):
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     events_maxlen: int = Field(
         default=10_000, gt=0, description="events kept (approximately) for /v1/events"
+    )
+    max_json_bytes: int = Field(
+        default=64 * 2**20, gt=0, description="largest JSON request body (a lookup)"
+    )
+    tokens: str | None = Field(
+        default=None,
+        description="bearer tokens as comma-separated scope:token pairs, "
+        "e.g. 'read:tok1,write:tok2'; none: no authentication (a warning at start)",
+    )
+    tokens_file: Path | None = Field(
+        default=None, description="a file of scope:token lines (# comments), added to tokens"
+    )
+    max_bytes: ByteSize = Field(
+        default=None,
+        gt=0,
+        description="cap on stored object bytes (e.g. 500GB, 64MiB); None: unbounded",
+    )
+    eviction_half_life: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="seconds after which an unused entry's eviction score halves",
     )

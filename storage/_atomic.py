@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 __all__ = [
+    "TEMP_DIR_NAME",
     "fsync_dir",
     "fsync_file",
     "fsync_tree",

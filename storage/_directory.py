@@ -21,6 +21,7 @@ from pathlib import Path
 import xxhash
 
 from storage._atomic import (
+    TEMP_DIR_NAME,
     fsync_dir,
     fsync_tree,
     new_temp_dir,
@@ -181,6 +182,29 @@ class DirectoryStore(ObjectStore):
             updated = sidecar.without_task(task_hash)
             replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
             return updated
+
+    def set_pinned(self, digest: str, task_hash: str, pinned: bool) -> Sidecar:
+        with self._lock:
+            sidecar = self.sidecar(digest)
+            if task_hash not in sidecar.tasks:
+                raise KeyError(f"object {digest} has no task {task_hash}")
+            if sidecar.tasks[task_hash].pinned == pinned:
+                return sidecar
+            updated = sidecar.with_pinned(task_hash, pinned)
+            replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
+            return updated
+
+    def sweep_temporary(self) -> int:
+        with self._lock:
+            doomed = list((self.root / TEMP_DIR_NAME).glob("*"))
+            # replace_file's temporaries: ".sidecar.json.<uuid>" beside a sidecar.
+            doomed += self.root.glob(f"??/*/.{SIDECAR_NAME}.*")
+            for path in doomed:
+                if path.is_dir():
+                    remove_dir(path)
+                else:
+                    path.unlink(missing_ok=True)
+        return len(doomed)
 
     def _add_task_locked(self, digest: str, task: TaskReference) -> Sidecar:
         sidecar = self.sidecar(digest)

@@ -85,6 +85,12 @@ class LocalStorage(ObjectStore):
     def remove_task(self, digest: str, task_hash: str) -> Sidecar:
         return self._holder(digest).remove_task(digest, task_hash)
 
+    def set_pinned(self, digest: str, task_hash: str, pinned: bool) -> Sidecar:
+        return self._holder(digest).set_pinned(digest, task_hash, pinned)
+
+    def sweep_temporary(self) -> int:
+        return self.arrays.sweep_temporary() + self.blobs.sweep_temporary()
+
     def object_path(self, digest: str) -> Path:
         """The directory holding ``digest``; raises :class:`ObjectNotFound` if there is none."""
         return self._holder(digest).object_path(digest)

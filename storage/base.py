@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
@@ -42,19 +42,26 @@ SIDECAR_FORMAT = 1
 
 @dataclass(frozen=True, slots=True)
 class TaskReference:
-    """One task result that is stored as this object."""
+    """One task result that is stored as this object.
+
+    ``pinned`` mirrors the index's pin, so that a rebuilt index keeps it.
+    """
 
     task_hash: str
     label: str = ""
     compute_seconds: float = 0.0
     created: float = 0.0
+    pinned: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "label": self.label,
             "compute_seconds": self.compute_seconds,
             "created": self.created,
         }
+        if self.pinned:
+            data["pinned"] = True
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +88,11 @@ class Sidecar:
 
     def without_task(self, task_hash: str) -> Sidecar:
         tasks = {h: t for h, t in self.tasks.items() if h != task_hash}
+        return _replace_tasks(self, tasks)
+
+    def with_pinned(self, task_hash: str, pinned: bool) -> Sidecar:
+        tasks = dict(self.tasks)
+        tasks[task_hash] = replace(tasks[task_hash], pinned=pinned)
         return _replace_tasks(self, tasks)
 
     def to_json(self) -> dict[str, Any]:
@@ -111,7 +123,13 @@ class Sidecar:
         else:
             header = ObjectHeader.pickle()
         tasks = {
-            h: TaskReference(h, t["label"], float(t["compute_seconds"]), float(t["created"]))
+            h: TaskReference(
+                h,
+                t["label"],
+                float(t["compute_seconds"]),
+                float(t["created"]),
+                bool(t.get("pinned", False)),
+            )
             for h, t in data["tasks"].items()
         }
         return cls(
@@ -233,6 +251,19 @@ class ObjectStore(ABC):
     @abstractmethod
     def remove_task(self, digest: str, task_hash: str) -> Sidecar:
         """Drop a task hash from the object's sidecar (durably); the object stays."""
+
+    @abstractmethod
+    def set_pinned(self, digest: str, task_hash: str, pinned: bool) -> Sidecar:
+        """Record (durably) whether a task reference is pinned; ``KeyError`` if the sidecar
+        does not list ``task_hash``."""
+
+    @abstractmethod
+    def sweep_temporary(self) -> int:
+        """Remove what interrupted writes and deletes left behind; returns how many paths.
+
+        Only call it while nothing writes to this store (``dask-cache gc`` holds the data
+        directory's lock): it would remove a write in progress.
+        """
 
     def size(self, digest: str) -> int:
         """Length of the encoded body in bytes."""

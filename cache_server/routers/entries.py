@@ -6,8 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from cache_server.auth import WriteAccess
+from cache_server.cache import MAX_LABEL_CHARS
 from cache_server.dependencies import CacheDep, IndexDep, TaskHash
 from cache_server.models import EntryList, Manifest
+from cache_server.responses import errors
 from storage.header import DIGEST_PATTERN
 
 __all__ = ["router"]
@@ -18,7 +21,9 @@ router = APIRouter(tags=["entries"])
 @router.get("/v1/entries")
 async def list_entries(
     index: IndexDep,
-    label: Annotated[str | None, Query(description="exact label to filter by")] = None,
+    label: Annotated[
+        str | None, Query(max_length=MAX_LABEL_CHARS, description="exact label to filter by")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Annotated[str | None, Query(pattern=DIGEST_PATTERN)] = None,
 ) -> EntryList:
@@ -27,13 +32,30 @@ async def list_entries(
     return EntryList(entries=entries, next_cursor=next_cursor)
 
 
-@router.get("/v1/entries/{task_hash}", responses={404: {"description": "unknown hash"}})
+@router.get("/v1/entries/{task_hash}", responses=errors(404))
 async def get_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
     return await cache.manifest(task_hash)
 
 
+@router.post("/v1/entries/{task_hash}/pin", dependencies=[WriteAccess], responses=errors(403, 404))
+async def pin_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
+    """Never evict this entry (``rm`` still deletes it). Idempotent; survives ``reindex``."""
+    return await cache.set_pinned(task_hash, True)
+
+
+@router.post(
+    "/v1/entries/{task_hash}/unpin", dependencies=[WriteAccess], responses=errors(403, 404)
+)
+async def unpin_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
+    """Make a pinned entry evictable again. Idempotent."""
+    return await cache.set_pinned(task_hash, False)
+
+
 @router.delete(
-    "/v1/entries/{task_hash}", status_code=204, responses={404: {"description": "unknown hash"}}
+    "/v1/entries/{task_hash}",
+    status_code=204,
+    dependencies=[WriteAccess],
+    responses=errors(403, 404),
 )
 async def delete_entry(task_hash: TaskHash, cache: CacheDep) -> Response:
     """Drop the entry; the object goes once no other entry references its digest."""

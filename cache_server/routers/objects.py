@@ -8,11 +8,13 @@ from urllib.parse import quote, unquote
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from cache_server.bodies import RequestBody, iter_slices
+from cache_server.auth import WriteAccess
+from cache_server.bodies import iter_slices
 from cache_server.cache import Upload
-from cache_server.dependencies import CacheDep, SettingsDep, TaskHash
+from cache_server.dependencies import CacheDep, TaskHash
 from cache_server.errors import InvalidRequest
 from cache_server.models import Manifest
+from cache_server.responses import errors
 from storage import ObjectHeader
 
 __all__ = ["router"]
@@ -44,13 +46,16 @@ def _parse_content_length(raw: str | None) -> int | None:
 @router.put(
     "/v1/objects/{task_hash}",
     status_code=201,
-    responses={200: {"model": Manifest, "description": "already indexed; body discarded"}},
+    dependencies=[WriteAccess],
+    responses={
+        200: {"model": Manifest, "description": "already indexed; body discarded"},
+        **errors(400, 403, 413, 507),
+    },
 )
 async def put_object(
     request: Request,
     task_hash: TaskHash,
     cache: CacheDep,
-    settings: SettingsDep,
     kind: Annotated[str, Header(alias="X-Result-Kind")],
     digest: Annotated[str, Header(alias="X-Result-Digest")],
     compute_seconds: Annotated[float, Header(alias="X-Result-Compute-Seconds")],
@@ -69,7 +74,7 @@ async def put_object(
         type_name=type_name or None,
         content_length=_parse_content_length(request.headers.get("content-length")),
     )
-    body = RequestBody(request, settings.max_body_bytes)
+    body = cache.request_body(request)
     manifest, created = await cache.store(upload, body)
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
 
@@ -94,7 +99,7 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
 @router.get(
     "/v1/objects/{task_hash}",
     response_class=StreamingResponse,
-    responses={200: {"content": {_OCTETS: {}}}, 404: {"description": "unknown or corrupt"}},
+    responses={200: {"content": {_OCTETS: {}}}, **errors(404)},
 )
 async def get_object(task_hash: TaskHash, cache: CacheDep) -> StreamingResponse:
     """The verified body; counts a hit and the entry's compute seconds as saved."""
@@ -104,7 +109,7 @@ async def get_object(task_hash: TaskHash, cache: CacheDep) -> StreamingResponse:
     )
 
 
-@router.head("/v1/objects/{task_hash}")
+@router.head("/v1/objects/{task_hash}", responses=errors(404))
 async def head_object(task_hash: TaskHash, cache: CacheDep) -> Response:
     """The headers of ``GET`` without the body; checks the object exists, does not count a hit."""
     manifest = await cache.head(task_hash)

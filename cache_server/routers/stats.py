@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from cache_server.dependencies import IndexDep
+from cache_server.dependencies import IndexDep, SettingsDep
 from cache_server.models import EventList, Stats
 
 __all__ = ["router"]
@@ -15,8 +15,10 @@ router = APIRouter(tags=["stats"])
 
 
 @router.get("/v1/stats")
-async def stats(index: IndexDep) -> Stats:
-    return await index.stats()
+async def stats(index: IndexDep, settings: SettingsDep) -> Stats:
+    stats = await index.stats()
+    stats.max_bytes = settings.max_bytes
+    return stats
 
 
 @router.get("/v1/events", response_model_exclude_none=True)

@@ -16,6 +16,7 @@ def test_stats_and_events_reflect_what_happened(fresh_server: FreshServer) -> No
         assert client.get("/v1/stats").json() == {
             "hits": 0, "misses": 0, "lookups": 0, "stores": 0, "entries": 0, "bytes": 0,
             "hit_rate": 0.0, "saved_seconds": 0.0, "deletes": 0, "corrupt": 0,
+            "evictions": 0, "stored_bytes": 0, "max_bytes": None, "pinned": 0,
         }  # fmt: skip
         a, b, c = new_hash(), new_hash(), new_hash()
         array = encode_array(np.arange(10.0))
@@ -36,6 +37,7 @@ def test_stats_and_events_reflect_what_happened(fresh_server: FreshServer) -> No
         assert stats["hit_rate"] == pytest.approx(3 / 4)
         assert stats["saved_seconds"] == pytest.approx(2.0 + 2.0 + 0.5)
         assert stats["bytes"] == len(array.body)
+        assert stats["stored_bytes"] == len(array.body)
 
         events = client.get("/v1/events").json()["events"]
         assert [e["kind"] for e in events] == [

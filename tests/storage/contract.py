@@ -229,6 +229,32 @@ class StoreContract:
         with pytest.raises(ObjectNotFound):
             store.add_task("f" * 32, task(1))
 
+    def test_pins_are_recorded_in_the_sidecar(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        self.put(store, encoded, n=1)
+        store.add_task(encoded.digest, task(2))
+        store.set_pinned(encoded.digest, task(2).task_hash, True)
+        pins = {h: t.pinned for h, t in store.sidecar(encoded.digest).tasks.items()}
+        assert pins == {task(1).task_hash: False, task(2).task_hash: True}
+        store.set_pinned(encoded.digest, task(2).task_hash, False)
+        assert not any(t.pinned for t in store.sidecar(encoded.digest).tasks.values())
+        with pytest.raises(KeyError):
+            store.set_pinned(encoded.digest, task(5).task_hash, True)
+
+    def test_sweep_removes_interrupted_writes_only(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        self.put(store, encoded)
+        root = store.root  # type: ignore[attr-defined]
+        directory = store.object_path(encoded.digest)  # type: ignore[attr-defined]
+        crashed = directory.parent.parent / ".tmp" / "put-crashed"  # the backend's own .tmp
+        crashed.mkdir(parents=True)
+        (crashed / "blob").write_bytes(b"half")
+        stray = directory / ".sidecar.json.0123"
+        stray.write_bytes(b"{")
+        assert store.sweep_temporary() == 2
+        assert temporary_leftovers(root) == [] and not stray.exists()
+        assert bytes(store.get(encoded.digest).body) == encoded.body
+
     def test_delete(self, store: ObjectStore) -> None:
         assert store.supports_deletes
         first, *rest = self.samples(store)

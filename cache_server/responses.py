@@ -1,0 +1,34 @@
+"""Error responses in the OpenAPI schema: every status a route can answer is declared, so
+clients (and schemathesis) can rely on the schema. All carry ``{"detail": "<message>"}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["COMMON_ERRORS", "ErrorBody", "errors"]
+
+
+class ErrorBody(BaseModel):
+    detail: str
+
+
+_DESCRIPTIONS = {
+    400: "the body does not match its digest, dtype or shape",
+    401: "missing or unknown bearer token (when the server has tokens)",
+    403: "the token's scope does not allow this request",
+    404: "unknown hash (or an object found missing or corrupt)",
+    413: "body larger than the server accepts",
+    422: "malformed hash, header, query or body",
+    503: "the index (Redis) is unreachable",
+    507: "no room: larger than max_bytes, the cache is full of pinned entries, or disk full",
+}
+
+#: What any route but /healthz may answer.
+COMMON_ERRORS = (401, 413, 422, 503)
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for these statuses (and nothing else)."""
+    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
