@@ -125,8 +125,7 @@ def require(scope: Scope):  # noqa: ANN201 - a FastAPI dependency
             return
         if credentials is None:
             raise Unauthorized(
-                "this cache server requires a bearer token (Authorization: Bearer <token>); "
-                "set result-cache.token (DASK_RESULT_CACHE__TOKEN) or pass --token"
+                "this cache server requires a bearer token (Authorization: Bearer <token>)"
             )
         granted = table.scope_of(credentials.credentials)
         if granted is None:

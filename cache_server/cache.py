@@ -53,12 +53,13 @@ from storage import (
     LocalStorage,
     ObjectHeader,
     ObjectNotFound,
+    Sidecar,
     StoredObject,
     TaskReference,
     is_digest,
 )
 
-__all__ = ["MAX_LABEL_CHARS", "MAX_TYPE_CHARS", "ResultCache", "Upload"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_TYPE_CHARS", "ResultCache", "Upload", "manifest_for"]
 
 logger = logging.getLogger("cache_server")
 
@@ -89,6 +90,27 @@ class Upload:
             raise InvalidRequest(f"X-Result-Label is longer than {MAX_LABEL_CHARS} characters")
         if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
             raise InvalidRequest(f"X-Result-Type is longer than {MAX_TYPE_CHARS} characters")
+
+
+def manifest_for(sidecar: Sidecar, task: TaskReference) -> Manifest:
+    """The manifest of one task stored as the object ``sidecar`` describes (the digest
+    covers kind, dtype and shape, so the sidecar's header is the upload's)."""
+    header = sidecar.header
+    return Manifest(
+        hash=task.task_hash,
+        digest=sidecar.digest,
+        kind=header.kind,
+        storage=sidecar.storage,  # type: ignore[arg-type]
+        nbytes=sidecar.nbytes,
+        dtype=header.dtype if header.is_array else None,
+        shape=list(header.shape) if header.shape is not None else None,
+        type=sidecar.type,
+        compute_seconds=task.compute_seconds,
+        label=task.label,
+        created=task.created,
+        last_access=task.created,
+        pinned=task.pinned,
+    )
 
 
 class _DigestLocks:
@@ -189,20 +211,8 @@ class ResultCache:
                 # but this upload, so remove it again (under the digest's lock).
                 await self._forget_unindexed(upload.digest, upload.task_hash, result.created)
                 raise self._too_large(sidecar.nbytes)
-            manifest = Manifest(
-                hash=upload.task_hash,
-                digest=upload.digest,
-                kind=upload.header.kind,
-                storage=sidecar.storage,  # type: ignore[arg-type]
-                nbytes=sidecar.nbytes,
-                dtype=upload.header.dtype if upload.header.is_array else None,
-                shape=list(upload.header.shape) if upload.header.shape is not None else None,
-                type=upload.type_name or sidecar.type,
-                compute_seconds=upload.compute_seconds,
-                label=upload.label,
-                created=now,
-                last_access=now,
-            )
+            manifest = manifest_for(sidecar, reference)
+            manifest.type = upload.type_name or sidecar.type
             indexed, created = await self.index.add(manifest)
         self.metrics.bytes_received.inc(body.nbytes)
         if created:

@@ -16,8 +16,15 @@ __all__ = ["COMMANDS", "cli", "main"]
 #: command name -> "module:attribute" of a click command.
 COMMANDS: dict[str, str] = {
     "demo": "cache_server.commands.demo:demo",
+    "gc": "cache_server.commands.gc:gc",
+    "ls": "cache_server.commands.ls:ls",
+    "pin": "cache_server.commands.pin:pin",
+    "reindex": "cache_server.commands.reindex:reindex",
+    "rm": "cache_server.commands.rm:rm",
     "serve": "cache_server.commands.serve:serve",
+    "show": "cache_server.commands.show:show",
     "stats": "cache_server.commands.stats:stats",
+    "unpin": "cache_server.commands.pin:unpin",
 }
 
 

@@ -7,6 +7,7 @@ Runs in the user's process and on Dask workers; talks to the cache server over H
 from . import config as _config  # noqa: F401  (registers the result-cache defaults)
 from .api import cached_compute, task_hashes
 from .errors import (
+    CacheAccessDenied,
     CacheEntryUnavailable,
     CacheProtocolError,
     CacheUnavailable,
@@ -21,6 +22,7 @@ from .transport import CacheClient
 
 __all__ = [
     "KEY_VERSION",
+    "CacheAccessDenied",
     "CacheClient",
     "CacheEntryUnavailable",
     "CacheProtocolError",

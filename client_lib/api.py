@@ -20,7 +20,7 @@ import dask.config
 from dask._task_spec import GraphNode
 from dask.base import get_scheduler, unpack_collections
 
-from .errors import CacheEntryUnavailable, ResultCacheError
+from .errors import CacheAccessDenied, CacheEntryUnavailable, ResultCacheError
 from .graph import Materialized, materialize, toposort, unfuse
 from .hashing import GraphHashes, hash_graph
 from .policy import resolve_policy
@@ -120,7 +120,8 @@ def cached_compute(
     try:
         hits = client.lookup(set(cacheable.values()))
     except ResultCacheError as exc:
-        report.fallback = f"cache server unreachable ({exc})"
+        problem = "refused access" if isinstance(exc, CacheAccessDenied) else "unreachable"
+        report.fallback = f"cache server {problem} ({exc})"
         _warn_once(client.url, f"cached_compute: {report.fallback}; computing without the "
                    "cache")
         return repack(_run(schedule, fused.graph, fused, compute_kwargs))

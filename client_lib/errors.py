@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CacheAccessDenied",
     "CacheEntryUnavailable",
     "CacheProtocolError",
     "CacheUnavailable",
@@ -17,6 +18,20 @@ class ResultCacheError(Exception):
 
 class CacheUnavailable(ResultCacheError):
     """The cache server could not be reached, or answered with a server error."""
+
+
+class CacheAccessDenied(ResultCacheError):
+    """The cache server refused our token: missing or unknown (401), or its scope does not
+    allow the request (403, e.g. a read token storing a result)."""
+
+    def __init__(self, status: int, message: str, hint: str = "") -> None:
+        super().__init__(status, message, hint)
+        self.status = status
+        self.message = message
+        self.hint = hint  # what to do, the same for every request
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class CacheProtocolError(ResultCacheError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from dask.sizeof import sizeof
 
-from .errors import CacheEntryUnavailable, CacheUnavailable, ResultCacheError
+from .errors import CacheAccessDenied, CacheEntryUnavailable, CacheUnavailable, ResultCacheError
 from .policy import Candidate, Policy
 from .transport import CacheClient
 
@@ -101,6 +101,9 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
                 count(run.run_id, "stored")
     except CacheUnavailable as exc:
         _warn_once(f"result cache: storing results failed, continuing without: {exc}")
+    except CacheAccessDenied as exc:  # one message per server and problem
+        _warn_once(f"result cache: {spec.run.cache.url} refused to store results "
+                   f"({exc.status}: {exc.hint}); continuing without storing")
     except Exception as exc:  # a cache problem must never fail the computation
         _warn_once(f"result cache: could not store a {type(value).__name__} "
                    f"({spec.label}): {type(exc).__name__}: {exc}")

@@ -3,7 +3,8 @@ and by the workers (load, store).
 
 One pooled ``httpx.Client`` per process and server (``CacheClient.shared``); bodies stream
 in ~1 MiB pieces both ways. Every method raises :class:`CacheUnavailable` when the server
-cannot be reached or answers 5xx, so callers decide how to degrade.
+cannot be reached or answers 5xx, and :class:`CacheAccessDenied` when it refuses the token
+(401/403), so callers decide how to degrade.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ import httpx
 import xxhash
 
 from . import codec
-from .errors import CacheEntryUnavailable, CacheProtocolError, CacheUnavailable
+from .errors import (
+    CacheAccessDenied,
+    CacheEntryUnavailable,
+    CacheProtocolError,
+    CacheUnavailable,
+)
 
 __all__ = ["CacheClient", "StoredEntry"]
 
@@ -57,6 +63,8 @@ class CacheClient:
         self.from_config = from_config
         self._http: httpx.Client | None = None
         self._lock = threading.Lock()
+        # Set once the server refuses a store: later stores skip the upload.
+        self._store_refused: CacheAccessDenied | None = None
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *,
@@ -103,7 +111,22 @@ class CacheClient:
         if response.status_code >= 500:
             raise CacheUnavailable(f"{method} {self.url}{path}: {response.status_code} "
                                    f"{_detail(response)}")
+        self._check_access(response)
         return response
+
+    def _check_access(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status not in (401, 403):
+            return
+        what = f"{response.request.method} {self.url}{response.request.url.path}"
+        if status == 401 and not self.token:
+            hint = ("the server requires a token: set result-cache.token "
+                    "(DASK_RESULT_CACHE__TOKEN)")
+        elif status == 401:
+            hint = "the server does not accept this token (result-cache.token)"
+        else:
+            hint = "the token's scope does not allow this (a write token is needed to store)"
+        raise CacheAccessDenied(status, f"{what}: {status} {_detail(response)}; {hint}", hint)
 
     # -- index --------------------------------------------------------------------------
 
@@ -140,7 +163,11 @@ class CacheClient:
     # -- objects ------------------------------------------------------------------------
 
     def put(self, task_hash: str, value: Any, compute_seconds: float, label: str) -> bool:
-        """Store ``value`` under ``task_hash``; ``True`` if the server now holds it."""
+        """Store ``value`` under ``task_hash``; ``True`` if the server now holds it, ``False``
+        if it has no room (413/507). Raises :class:`CacheAccessDenied` without uploading once
+        the server has refused a store from this client."""
+        if self._store_refused is not None:
+            raise self._store_refused
         enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
         headers = {
             "X-Result-Kind": enc.kind,
@@ -154,8 +181,12 @@ class CacheClient:
             headers["X-Result-Dtype"] = enc.dtype
             headers["X-Result-Shape"] = enc.shape
         body = (bytes(chunk) for chunk in enc.chunks())
-        response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
-                                 headers=headers)
+        try:
+            response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
+                                     headers=headers)
+        except CacheAccessDenied as exc:
+            self._store_refused = exc
+            raise
         if response.status_code in (200, 201):
             return True
         if response.status_code in (413, 507):  # too large / no space: not an error
@@ -176,6 +207,7 @@ class CacheClient:
                     raise CacheEntryUnavailable(task_hash, "not found")
                 if response.status_code >= 500:
                     raise CacheUnavailable(f"GET {path}: {response.status_code}")
+                self._check_access(response)
                 _expect(response, 200)
                 h = response.headers
                 kind, digest = h["x-result-kind"], h["x-result-digest"]
