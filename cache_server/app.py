@@ -19,15 +19,16 @@ from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import HTMLResponse, JSONResponse
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from cache_server.auth import ReadAccess, TokenTable
+from cache_server.auth import ReadAccess, Scope, TokenTable, refusal
 from cache_server.cache import ResultCache
 from cache_server.data_lock import DataDirLock
 from cache_server.embedded_redis import EmbeddedRedis
-from cache_server.errors import install_error_handlers
+from cache_server.errors import ApiError, install_error_handlers
 from cache_server.index import RedisIndex
 from cache_server.limits import JsonBodyLimit
 from cache_server.metrics import Metrics, MetricsMiddleware
@@ -118,6 +119,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
     app.include_router(health.router, responses=errors(503))
     install_error_handlers(app)
+    validation_error = app.exception_handlers[RequestValidationError]
+    api_error = app.exception_handlers[ApiError]
+
+    @app.exception_handler(RequestValidationError)
+    async def authenticate_first(request: Request, exc: Exception) -> Response:
+        # FastAPI parses a JSON body before running dependencies: a stranger's malformed
+        # lookup must still get 401, not a 422 that tells him about our validation.
+        denied = await refusal(request, Scope.read)
+        if denied is not None:
+            return await api_error(request, denied)
+        return await validation_error(request, exc)
 
     @app.get("/openapi.json", include_in_schema=False, dependencies=[ReadAccess])
     async def openapi_schema() -> JSONResponse:

@@ -22,7 +22,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from cache_server.errors import Forbidden, Unauthorized
+from cache_server.errors import ApiError, Forbidden, Unauthorized
 
 __all__ = [
     "ReadAccess",
@@ -30,6 +30,7 @@ __all__ = [
     "TokenError",
     "TokenTable",
     "WriteAccess",
+    "refusal",
     "require",
 ]
 
@@ -109,6 +110,27 @@ class TokenTable:
 _bearer = HTTPBearer(auto_error=False, description="a read or write token of this server")
 
 
+async def refusal(request: Request, scope: Scope) -> ApiError | None:
+    """Why ``request`` may not do what needs ``scope`` (401 or 403), or None if it may."""
+    table: TokenTable = request.app.state.tokens
+    if not table.enabled:
+        return None
+    credentials = await _bearer(request)
+    if credentials is None:
+        return Unauthorized(
+            "this cache server requires a bearer token (Authorization: Bearer <token>)"
+        )
+    granted = table.scope_of(credentials.credentials)
+    if granted is None:
+        return Unauthorized("the bearer token is not valid on this cache server")
+    if granted < scope:
+        return Forbidden(
+            f"the token has scope '{granted.name}'; "
+            f"{request.method} {request.url.path} needs '{scope.name}'"
+        )
+    return None
+
+
 def require(scope: Scope):  # noqa: ANN201 - a FastAPI dependency
     """A dependency refusing requests without a token of at least ``scope``.
 
@@ -120,21 +142,10 @@ def require(scope: Scope):  # noqa: ANN201 - a FastAPI dependency
         request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> None:
-        table: TokenTable = request.app.state.tokens
-        if not table.enabled:
-            return
-        if credentials is None:
-            raise Unauthorized(
-                "this cache server requires a bearer token (Authorization: Bearer <token>)"
-            )
-        granted = table.scope_of(credentials.credentials)
-        if granted is None:
-            raise Unauthorized("the bearer token is not valid on this cache server")
-        if granted < scope:
-            raise Forbidden(
-                f"the token has scope '{granted.name}'; "
-                f"{request.method} {request.url.path} needs '{scope.name}'"
-            )
+        # ``credentials`` is declared so that /docs shows the scheme; refusal reads it again.
+        denied = await refusal(request, scope)
+        if denied is not None:
+            raise denied
 
     return check
 

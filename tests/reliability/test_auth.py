@@ -108,6 +108,18 @@ def test_every_endpoint_refuses_strangers(token_server: RunningServer) -> None:
             assert read.status_code not in (401, 403), where
 
 
+def test_malformed_requests_from_strangers_are_401_not_422(token_server) -> None:
+    for body in (b"{", b'{"hashes": [1]}', b"[]"):
+        response = httpx.post(f"{token_server.url}/v1/lookup", content=body,
+                              headers={"Content-Type": "application/json"})
+        assert response.status_code == 401, body
+    assert httpx.get(f"{token_server.url}/v1/entries/nothex").status_code == 401
+    with_token = httpx.post(f"{token_server.url}/v1/lookup", content=b"{",
+                            headers={"Content-Type": "application/json",
+                                     "Authorization": f"Bearer {READ}"})
+    assert with_token.status_code == 422
+
+
 def test_write_token_stores_read_token_reads(token_server: RunningServer) -> None:
     task_hash, value = new_hash(), encode_pickle({"x": 1})
     with httpx.Client(base_url=token_server.url,
