@@ -17,7 +17,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -25,18 +24,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from cache_server.auth import ReadAccess, Scope, TokenTable, refusal
-from cache_server.cache import ResultCache
-from cache_server.data_lock import DataDirLock
-from cache_server.embedded_redis import EmbeddedRedis
 from cache_server.errors import ApiError, install_error_handlers
-from cache_server.index import RedisIndex
 from cache_server.limits import JsonBodyLimit
 from cache_server.metrics import Metrics, MetricsMiddleware
-from cache_server.redis_client import connect
 from cache_server.responses import COMMON_ERRORS, errors
 from cache_server.routers import entries, health, lookup, objects, stats
+from cache_server.runtime import open_cache
 from cache_server.settings import Settings
-from storage import LocalStorage
 
 __all__ = ["create_app"]
 
@@ -72,35 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not tokens.enabled:
             _warn_without_tokens(settings.host)
-        data_dir = settings.data_dir.resolve()
-        data_dir.mkdir(parents=True, exist_ok=True)
-        lock = DataDirLock(data_dir)
-        await to_thread.run_sync(lock.acquire, LOCK_WAIT_SECONDS)
-        embedded: EmbeddedRedis | None = None
-        client = None
-        try:
-            redis_url = settings.redis_url
-            if redis_url is None:
-                embedded = EmbeddedRedis(data_dir / "redis")
-                redis_url = await to_thread.run_sync(embedded.start)
-            client = connect(redis_url)
-            index = RedisIndex(
-                client,
-                prefix=settings.redis_prefix,
-                events_maxlen=settings.events_maxlen,
-                eviction_half_life=settings.eviction_half_life,
-            )
-            storage = LocalStorage(data_dir)
-            app.state.cache = ResultCache(
-                index, storage, metrics, settings.max_body_bytes, settings.max_bytes
-            )
+        async with open_cache(settings, metrics, lock_wait=LOCK_WAIT_SECONDS) as cache:
+            app.state.cache = cache
             yield
-        finally:
-            if client is not None:
-                await client.aclose()
-            if embedded is not None:
-                await to_thread.run_sync(embedded.stop)
-            lock.release()
 
     app = FastAPI(
         title="dask-result-cache",

@@ -1,10 +1,9 @@
 """Offline maintenance of a data directory and its index: ``gc`` and ``reindex``.
 
-Both hold the data directory's lock (:mod:`cache_server.data_lock`), so they run only while
-no server uses the directory, and a server does not start while they run: they delete and
-rewrite objects that a running server could be storing into. With the embedded Redis they
-start it themselves (it lives in the data directory); with ``redis_url`` they use that Redis
-and ``redis_prefix``, exactly as the server would.
+Both run on a cache opened with :func:`cache_server.runtime.open_cache`, hence under the
+data directory's lock: only while no server uses the directory, and no server starts while
+they run, because they delete and rewrite objects a server could be storing into. They use
+the server's Redis (``redis_url`` and ``redis_prefix``, or the embedded one).
 
 - :func:`collect_garbage` sweeps interrupted writes, drops manifests whose object is gone
   (or, with ``verify``, corrupt), deletes objects no manifest references, makes every
@@ -16,23 +15,15 @@ and ``redis_prefix``, exactly as the server would.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
 from anyio import to_thread
 
 from cache_server.cache import ResultCache, manifest_for
-from cache_server.data_lock import DataDirLock
-from cache_server.embedded_redis import EmbeddedRedis
-from cache_server.index import RedisIndex
-from cache_server.metrics import Metrics
 from cache_server.models import Manifest
-from cache_server.redis_client import connect
-from cache_server.settings import Settings
 from storage import CorruptObject, LocalStorage, ObjectNotFound, TaskReference
 
-__all__ = ["GcReport", "ReindexReport", "collect_garbage", "open_cache", "reindex"]
+__all__ = ["GcReport", "ReindexReport", "collect_garbage", "reindex"]
 
 
 @dataclass
@@ -63,44 +54,11 @@ class ReindexReport:
         return asdict(self)
 
 
-@asynccontextmanager
-async def open_cache(settings: Settings) -> AsyncIterator[ResultCache]:
-    """The cache of ``settings.data_dir`` for maintenance, under the data directory's lock.
-
-    Raises :class:`~cache_server.data_lock.DataDirBusy` at once if a server (or another
-    maintenance command) holds the directory.
-    """
-    data_dir = settings.data_dir.resolve()
-    lock = DataDirLock(data_dir).acquire()
-    embedded: EmbeddedRedis | None = None
-    client = None
-    try:
-        redis_url = settings.redis_url
-        if redis_url is None:
-            embedded = EmbeddedRedis(data_dir / "redis")
-            redis_url = await to_thread.run_sync(embedded.start)
-        client = connect(redis_url)
-        index = RedisIndex(
-            client,
-            prefix=settings.redis_prefix,
-            events_maxlen=settings.events_maxlen,
-            eviction_half_life=settings.eviction_half_life,
-        )
-        storage = LocalStorage(data_dir)
-        yield ResultCache(index, storage, Metrics(), settings.max_body_bytes, settings.max_bytes)
-    finally:
-        if client is not None:
-            await client.aclose()
-        if embedded is not None:
-            await to_thread.run_sync(embedded.stop)
-        lock.release()
-
-
 async def collect_garbage(cache: ResultCache, *, verify: bool = False) -> GcReport:
     """Make index and storage agree, then enforce the cap (see the module docstring).
 
     ``verify=True`` reads every object and checks its digest (a full read of the cache).
-    Call inside :func:`open_cache`.
+    Call inside :func:`cache_server.runtime.open_cache`.
     """
     index, storage = cache.index, cache.storage
     report = GcReport(temporary_removed=await to_thread.run_sync(storage.sweep_temporary))

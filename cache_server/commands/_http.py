@@ -15,7 +15,7 @@ from typing import Any
 import click
 import httpx
 
-__all__ = ["DEFAULT_URL", "ServerConnection", "server_options"]
+__all__ = ["DEFAULT_URL", "ServerConnection", "for_each_entry", "server_options"]
 
 DEFAULT_URL = "http://127.0.0.1:8780"
 
@@ -56,6 +56,22 @@ class ServerConnection:
         raise click.ClickException(
             f"{method} {self.url}{path}: {response.status_code} {detail}{hint}"
         )
+
+
+def for_each_entry(server: ServerConnection, task_hashes: tuple[str, ...], method: str,
+                   path: str, done: str) -> None:
+    """``method path.format(task_hash)`` for each hash; echo ``done`` or "not found"; exit 1
+    if any hash was not found."""
+    missing = 0
+    for task_hash in task_hashes:
+        response = server.request(method, path.format(task_hash), ok=(200, 204, 404))
+        if response.status_code == 404:
+            missing += 1
+            click.echo(f"not found: {task_hash}", err=True)
+        else:
+            click.echo(f"{done} {task_hash}")
+    if missing:
+        raise SystemExit(1)
 
 
 def server_options(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -50,7 +50,7 @@ def run_maintenance(settings: Any, work: Callable[[Any], Awaitable[Any]], as_jso
     """Run ``work(cache)`` under :func:`cache_server.maintenance.open_cache` and print its
     report; a busy data directory is a clean error."""
     from cache_server.data_lock import DataDirBusy
-    from cache_server.maintenance import open_cache
+    from cache_server.runtime import open_cache
 
     async def main() -> Any:
         async with open_cache(settings) as cache:

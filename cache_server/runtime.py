@@ -1,0 +1,67 @@
+"""Opening a data directory for use: its lock, its Redis, its storage, one :class:`ResultCache`.
+
+The server's lifespan and the maintenance commands open a cache the same way; only how long
+they wait for the data directory's lock differs (a restarting server waits for its
+predecessor, ``gc`` refuses at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from anyio import to_thread
+
+from cache_server.cache import ResultCache
+from cache_server.data_lock import DataDirLock
+from cache_server.embedded_redis import EmbeddedRedis
+from cache_server.index import RedisIndex
+from cache_server.metrics import Metrics
+from cache_server.redis_client import connect
+from cache_server.settings import Settings
+from storage import LocalStorage
+
+__all__ = ["open_cache"]
+
+
+@asynccontextmanager
+async def open_cache(
+    settings: Settings, metrics: Metrics | None = None, *, lock_wait: float = 0.0
+) -> AsyncIterator[ResultCache]:
+    """The cache of ``settings.data_dir``, held under the data directory's lock.
+
+    Starts the embedded Redis when ``settings.redis_url`` is None, and undoes everything on
+    exit. Raises :class:`~cache_server.data_lock.DataDirBusy` if another server or
+    maintenance command keeps the directory for more than ``lock_wait`` seconds.
+    """
+    data_dir = settings.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = DataDirLock(data_dir)
+    await to_thread.run_sync(lock.acquire, lock_wait)
+    embedded: EmbeddedRedis | None = None
+    client = None
+    try:
+        redis_url = settings.redis_url
+        if redis_url is None:
+            embedded = EmbeddedRedis(data_dir / "redis")
+            redis_url = await to_thread.run_sync(embedded.start)
+        client = connect(redis_url)
+        index = RedisIndex(
+            client,
+            prefix=settings.redis_prefix,
+            events_maxlen=settings.events_maxlen,
+            eviction_half_life=settings.eviction_half_life,
+        )
+        yield ResultCache(
+            index,
+            LocalStorage(data_dir),
+            metrics or Metrics(),
+            settings.max_body_bytes,
+            settings.max_bytes,
+        )
+    finally:
+        if client is not None:
+            await client.aclose()
+        if embedded is not None:
+            await to_thread.run_sync(embedded.stop)
+        lock.release()
