@@ -129,6 +129,18 @@ def test_settings_change_the_wiring_consistently():
     assert volumes(services["cache-server"])["/data"] == str(ROOT / "my-cache")  # a bind mount
 
 
+def test_tokens_pass_through_from_the_host_and_are_never_written_down():
+    config = compose_config({"RESULT_CACHE_TOKENS": "read:r1,write:w1",
+                             "DASK_RESULT_CACHE__TOKEN": "w1"})
+    services = config["services"]
+    assert services["cache-server"]["environment"]["RESULT_CACHE_TOKENS"] == "read:r1,write:w1"
+    assert services["worker"]["environment"]["DASK_RESULT_CACHE__TOKEN"] == "w1"
+    assert "w1" not in COMPOSE_FILE.read_text()
+    unset = compose_config()["services"]
+    assert not unset["cache-server"]["environment"].get("RESULT_CACHE_TOKENS")
+    assert not unset["worker"]["environment"].get("DASK_RESULT_CACHE__TOKEN")
+
+
 # -- the image -------------------------------------------------------------------------------
 
 
