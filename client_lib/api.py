@@ -138,6 +138,8 @@ def cached_compute(
         report.loaded = rewritten.loaded
         report.culled = rewritten.culled
         report.computed = rewritten.computed
+        report.loaded_keys = rewritten.loaded_keys
+        report.computed_keys = rewritten.computed_keys
         report.store_candidates = rewritten.wrapped
         lap("rewrite")
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 __all__ = ["CacheReport", "last_report"]
@@ -18,7 +19,13 @@ _local = threading.local()
 @dataclass
 class CacheReport:
     """Counts for one run. ``stored`` is ``None`` when the stores happened in other
-    processes (process pool, distributed workers) and were not counted here."""
+    processes (process pool, distributed workers) and were not counted here.
+
+    ``loaded_keys`` and ``computed_keys`` name the tasks behind ``loaded`` and
+    ``computed``, for debugging misses: keys of the graph as hashed, that is after
+    unfusing (an operation that Dask fused into another task's key ``k`` appears as
+    ``"<name>~k"``). Tasks in neither list were culled (or are not tasks: data, aliases).
+    """
 
     cache_url: str | None = None
     namespace: str = "default"
@@ -34,6 +41,8 @@ class CacheReport:
     volatile_reasons: Counter = field(default_factory=Counter)
     fallback: str | None = None  # why the cache was (partly) bypassed
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
+    loaded_keys: list[Hashable] = field(default_factory=list)
+    computed_keys: list[Hashable] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:

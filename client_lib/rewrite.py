@@ -33,6 +33,8 @@ class Rewritten:
     culled: int
     wrapped: int
     computed: int
+    loaded_keys: list[Key]  # keys (of the unfused graph) that became loads
+    computed_keys: list[Key]  # tasks that run
 
 
 def _trivial(node: Task) -> bool:
@@ -74,7 +76,8 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
     run = StoreRun(cache, policy, run_id)
     kept: dict[Key, GraphNode] = {}
     specs: dict[Key, StoreSpec] = {}
-    loaded = computed = 0
+    loaded_keys: list[Key] = []
+    computed_keys: list[Key] = []
     stack = list(m.keys)
     while stack:
         key = stack.pop()
@@ -84,11 +87,11 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
         task_hash = cacheable.get(key)
         if task_hash is not None and task_hash in hits:
             kept[key] = Task(key, load_result, cache, task_hash, labels.get(key, ""))
-            loaded += 1
+            loaded_keys.append(key)
             continue
         kept[key] = node
         if isinstance(node, Task):
-            computed += 1
+            computed_keys.append(key)
             if (task_hash is not None and not _trivial(node)
                     and policy.wraps(key in outputs)):
                 deps = tuple(h for d in node.dependencies if (h := task_hashes.get(d)))
@@ -97,7 +100,8 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
         stack.extend(node.dependencies)
     executable = _pack(kept, specs, order, m.origin)
     culled = max(len(order) - len(kept), 0)
-    return Rewritten(executable, loaded, culled, len(specs), computed)
+    return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
+                     loaded_keys, computed_keys)
 
 
 def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],

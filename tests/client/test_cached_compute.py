@@ -165,6 +165,23 @@ def test_explain_prints_and_logs_the_report(cache_server, capsys, caplog):
     assert any("loaded 1" in r.getMessage() for r in caplog.records)
 
 
+def test_report_names_the_loaded_and_computed_keys(cache_server):
+    ns = uuid.uuid4().hex
+    a = dask.delayed(lambda: 1, pure=True)(dask_key_name="a")
+    b = dask.delayed(lambda v: v + 1, pure=True)(a, dask_key_name="b")
+    c = dask.delayed(lambda v: v * 2, pure=True)(b, dask_key_name="c")
+    d = dask.delayed(lambda v: v * 3, pure=True)(b, dask_key_name="d")
+    assert cached_compute(c, cache=cache_server.url, namespace=ns, policy="all",
+                          scheduler="threads") == (4,)
+    report = last_report()
+    assert sorted(report.computed_keys) == ["a", "b", "c"] and report.loaded_keys == []
+    assert cached_compute([c, d], cache=cache_server.url, namespace=ns, policy="all",
+                          scheduler="threads") == ([4, 6],)
+    report = last_report()  # c loaded; d computed from b loaded; a culled
+    assert sorted(report.loaded_keys) == ["b", "c"] and report.computed_keys == ["d"]
+    assert (report.loaded, report.computed, report.culled) == (2, 1, 1)
+
+
 def test_volatile_tasks_are_reported_and_never_stored(cache_server):
     ns = uuid.uuid4().hex
     lock = threading.Lock()
