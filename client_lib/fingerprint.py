@@ -1,21 +1,31 @@
 """Function fingerprints: what a callable computes, independent of where it lives in memory.
 
-User code (anything not installed under site-packages and not the standard library) is
-identified by its code: bytecode, constants (nested code recursively), names, defaults,
-keyword defaults, closure cells, and the module-level globals the code references
+User code (any module whose file is not under site-packages and not in the standard
+library, whatever its name) is identified by its code: bytecode, constants (nested code
+recursively), names, defaults, keyword defaults, closure cells, function attributes
+(``__wrapped__``, a singledispatch registry), the module-level globals the code references
 (functions recursively with a cycle guard, classes by their methods and attributes,
-constants by value). Library code is identified by module, qualname and the installed
-version of its distribution, so an upgrade invalidates it. DESIGN.md section 2.
+constants by value, user modules and packages by the attributes the code names) and the
+modules it imports in its body. Library code is identified by module, qualname and the
+installed version of its distribution, so an upgrade invalidates it; a distribution built
+from a local checkout (``pip install .``) also by its installed files. Wrappers count what
+they wrap (``functools.lru_cache``, ``toolz.curry``). DESIGN.md section 2, and
+docs/correctness.md for what is not seen.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
+import importlib
 import importlib.metadata
+import importlib.util
 import os
+import pickle
 import sys
 import sysconfig
 import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -83,11 +93,11 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 
 @functools.cache
-def _installed_versions() -> dict[str, str]:
-    """Normalised distribution name -> version, from the ``*.dist-info`` directory names
-    in site-packages (a directory listing: far cheaper than scanning every distribution's
-    metadata, which costs tens of milliseconds per process)."""
-    versions: dict[str, str] = {}
+def _installed_versions() -> dict[str, tuple[str, str]]:
+    """Normalised distribution name -> (version, ``*.dist-info`` path), from the directory
+    names in site-packages (a directory listing: far cheaper than scanning every
+    distribution's metadata, which costs tens of milliseconds per process)."""
+    versions: dict[str, tuple[str, str]] = {}
     for site_dir in _site_dirs():
         try:
             names = os.listdir(site_dir)
@@ -96,7 +106,7 @@ def _installed_versions() -> dict[str, str]:
         for name in names:
             if name.endswith(".dist-info"):
                 dist, _, version = name[: -len(".dist-info")].rpartition("-")
-                versions.setdefault(_normalise(dist), version)
+                versions.setdefault(_normalise(dist), (version, os.path.join(site_dir, name)))
     return versions
 
 
@@ -110,17 +120,38 @@ def _distributions() -> dict[str, list[str]]:
 
 
 def _distribution_version(top_module: str) -> str | None:
-    version = _installed_versions().get(_normalise(top_module))
-    if version is not None:
-        return f"{top_module}=={version}"
+    installed = _installed_versions().get(_normalise(top_module))
+    if installed is not None:
+        version, info = installed
+        dist = importlib.metadata.PathDistribution(Path(info))
+        return f"{top_module}=={version}" + _local_build(dist, top_module)
     dists = _distributions().get(top_module)  # modules named unlike their distribution
     if dists:
         name = sorted(dists)[0]
         try:
-            return f"{name}=={importlib.metadata.version(name)}"
+            dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
-            pass
+            return None
+        return f"{name}=={dist.version}" + _local_build(dist, top_module)
     return None
+
+
+def _local_build(dist: importlib.metadata.Distribution, top_module: str) -> str:
+    """``""`` for a release; for a distribution installed from a local directory, archive
+    or VCS checkout (it has a PEP 610 ``direct_url.json``: ``pip install .``), a digest of
+    the installer's record of the package's files. Such builds are reinstalled again and
+    again under one version number (a project's own code in a Docker image), so the
+    version alone does not say which code is installed."""
+    try:
+        if dist.read_text("direct_url.json") is None:
+            return ""
+        record = dist.read_text("RECORD") or ""
+    except OSError:
+        return "+local:unreadable"
+    prefixes = (f"{top_module}/", f"{top_module}.py,")
+    lines = sorted(line for line in record.splitlines()
+                   if line.startswith(prefixes) and "/__pycache__/" not in line)
+    return "+local:" + xxhash.xxh3_128_hexdigest("\n".join(lines).encode())
 
 
 @functools.cache
@@ -131,17 +162,14 @@ def library_version(top_module: str) -> str | None:
     outside site-packages and the standard library (scripts, notebooks, editable
     checkouts of the user's own packages) -> ``None``: it is hashed by its code.
     """
-    if top_module in sys.builtin_module_names or top_module in sys.stdlib_module_names:
+    if top_module in sys.builtin_module_names:
         return _PYTHON
     if top_module == "__main__":
         return None
-    mod = sys.modules.get(top_module)
-    file = getattr(mod, "__file__", None)
-    if file is None:
-        paths = list(getattr(mod, "__path__", []) or [])
-        if not paths:
-            return None
-        file = paths[0]
+    file = _module_file(top_module)
+    if file is None:  # frozen or built in, or not importable at all
+        return _PYTHON if top_module in sys.stdlib_module_names else None
+    # By location, not by name: a user's own ``wave.py`` or ``code.py`` is user code.
     path = os.path.realpath(file)
     if path.startswith(_stdlib_dirs()) and not path.startswith(_site_dirs()):
         return _PYTHON
@@ -155,6 +183,46 @@ def library_version(top_module: str) -> str | None:
         return version
     st = os.stat(path)  # an undeclared module: its file stands in for a version
     return f"{top_module}@{st.st_size}:{st.st_mtime_ns}"
+
+
+def _module_file(top_module: str) -> str | None:
+    """Where a top-level module lives: from ``sys.modules``, else found on ``sys.path``
+    without importing it (a module imported only inside a task body)."""
+    mod = sys.modules.get(top_module)
+    if mod is not None:
+        file = getattr(mod, "__file__", None)
+        paths = list(getattr(mod, "__path__", []) or [])
+        return file or (paths[0] if paths else None)
+    try:
+        spec = importlib.util.find_spec(top_module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if spec.has_location and spec.origin:
+        return spec.origin
+    locations = list(spec.submodule_search_locations or [])
+    return locations[0] if locations else None
+
+
+_IMPORT_NAME = bytes([dis.opmap["IMPORT_NAME"]])
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_imports(code: types.CodeType) -> tuple[tuple[str, int], ...]:
+    """``(module name, level)`` of every ``import`` statement in ``code`` and the code
+    nested in it; level ``-1`` when the bytecode is not the expected shape."""
+    found: list[tuple[str, int]] = []
+    if _IMPORT_NAME in code.co_code[::2]:  # code units are (opcode, argument) pairs
+        instructions = list(dis.get_instructions(code))
+        for i, ins in enumerate(instructions):
+            if ins.opname == "IMPORT_NAME":
+                level = instructions[i - 2].argval if i >= 2 else None
+                found.append((ins.argval, level if isinstance(level, int) else -1))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            found.extend(_code_imports(const))
+    return tuple(found)
 
 
 def _code_names(code: types.CodeType, names: set[str]) -> set[str]:
@@ -238,8 +306,7 @@ class Fingerprinter:
         elif isinstance(obj, _BUILTIN_TYPES):
             self._builtin(obj)
         elif isinstance(obj, np.ufunc):
-            out.append(b"u")
-            self.enc.encode((obj.__name__, library_version("numpy")))
+            self._ufunc(obj)
         elif isinstance(obj, _DESCRIPTOR_TYPES):
             out.append(b"W")
             self.encode_callable(obj.__objclass__)
@@ -251,6 +318,9 @@ class Fingerprinter:
             out.append(b"p")
             for f in (obj.fget, obj.fset, obj.fdel):
                 self.encode_callable(f) if f is not None else out.append(b"N")
+        elif isinstance(obj, functools.cached_property):
+            out.append(b"q")  # its value cache and lock are not what it computes
+            self.encode_callable(obj.func)
         elif type(obj).__name__ in ("cython_function_or_method", "fused_cython_function"):
             self._library_name(obj, getattr(obj, "__module__", None))
         elif _is_delayed_leaf(obj):
@@ -260,6 +330,22 @@ class Fingerprinter:
         else:  # a callable instance: its class and its state
             out.append(b"I")
             self.enc._encode_reduced(obj)
+            # Wrappers pickled by reference (functools.lru_cache) or by the wrapped
+            # function's name (toolz.curry) leave out the code they delegate to.
+            for inner in _delegates(obj):
+                self.encode_callable(inner)
+
+    def _ufunc(self, obj: np.ufunc) -> None:
+        """A ufunc by the module it is importable from (numpy, scipy.special) and that
+        library's version; one made by ``np.frompyfunc`` hides its Python function."""
+        module = getattr(obj, "__module__", None) or pickle.whichmodule(obj, obj.__name__)
+        owner = sys.modules.get(module)
+        version = library_version(module.partition(".")[0])
+        if getattr(owner, obj.__name__, None) is not obj or version is None:
+            raise VolatileValue(f"ufunc {obj.__name__!r} is not a library's (np.frompyfunc "
+                                "hides its function; np.vectorize does not)")
+        self.enc.out.append(b"u")
+        self.enc.encode((module, obj.__name__, version))
 
     def _library_name(self, obj: Any, module: str | None) -> None:
         top = (module or "").partition(".")[0]
@@ -287,6 +373,9 @@ class Fingerprinter:
         if version is not None:
             self.enc.out.append(b"B")
             self.enc.encode((module, func.__qualname__, version))
+            wrapped = func.__dict__.get("__wrapped__")
+            if wrapped is not None:  # a library decorator around (maybe) user code
+                self.encode_callable(wrapped)
             return
         enc = self.enc
         enc.out.append(b"U")
@@ -302,43 +391,80 @@ class Fingerprinter:
                     enc.out.append(b"empty")
                     continue
                 enc.encode(value)
+            if func.__dict__:  # attributes: __wrapped__, singledispatch's registry, ...
+                enc.out.append(b"a")
+                enc.encode(dict(sorted(func.__dict__.items())))
             self._globals(func)
         except VolatileValue as exc:
             raise VolatileValue(f"{_name(func)}: {exc.reason}") from None
 
     def _globals(self, func: types.FunctionType) -> None:
-        """The module-level names the code may read, with their current values."""
+        """The module-level names the code may read, with their current values, and
+        the modules it imports in its body."""
         enc = self.enc
         names = _code_names(func.__code__, set())
         glb = func.__globals__
+        walked: set[str] = set()
         for name in sorted(names):
             if name not in glb:
                 continue
             value = glb[name]
             enc.encode(name)
             if isinstance(value, _MODULE_TYPE):
-                self._module(value, names)
+                self._module(value, names, walked)
             else:
                 enc.encode(value)
+        for name, level in _code_imports(func.__code__):
+            enc.out.append(b"import")
+            self._module(self._imported(func, name, level), names, walked)
 
-    def _module(self, module: types.ModuleType, names: set[str]) -> None:
+    def _imported(self, func: types.FunctionType, name: str,
+                  level: int) -> types.ModuleType | str:
+        """The module an ``import`` in ``func``'s body names, imported now if it is user
+        code (the task imports it when it runs anyway); a library's name if it is not
+        imported yet (its version is all that counts)."""
+        if level < 0:
+            raise VolatileValue(f"unexpected bytecode around an import of {name!r}")
+        if level:
+            package = func.__globals__.get("__package__") or ""
+            try:
+                name = importlib.util.resolve_name("." * level + name, package)
+            except (ImportError, ValueError) as exc:
+                raise VolatileValue(f"cannot resolve a relative import: {exc}") from None
+        module = sys.modules.get(name)
+        if module is not None:
+            return module
+        if library_version(name.partition(".")[0]) is not None:
+            return name
+        try:
+            return importlib.import_module(name)
+        except Exception as exc:
+            raise VolatileValue(f"cannot import {name!r} to fingerprint the code that "
+                                f"imports it ({type(exc).__name__}: {exc})") from None
+
+    def _module(self, module: types.ModuleType | str, names: set[str],
+                walked: set[str]) -> None:
         """A module the code references: a library by version, user code by the
-        attributes of it that the code names (``mymod.helper(x)``)."""
+        attributes of it that the code names (``mymod.helper(x)``, ``pkg.sub.helper``),
+        each user module once per function."""
         enc = self.enc
-        top = module.__name__.partition(".")[0]
-        version = library_version(top)
+        name = module if isinstance(module, str) else module.__name__
+        version = library_version(name.partition(".")[0])
         enc.out.append(b"m")
-        enc.encode((module.__name__, version))
-        if version is not None:
+        enc.encode((name, version))
+        if version is not None or isinstance(module, str):
             return
+        if name in walked:
+            return
+        walked.add(name)
         attrs = vars(module)
-        for name in sorted(names):
-            if name in attrs and not name.startswith("__"):
-                value = attrs[name]
+        for attr in sorted(names):
+            if attr in attrs and not attr.startswith("__"):
+                value = attrs[attr]
+                enc.encode(attr)
                 if isinstance(value, _MODULE_TYPE):
-                    enc.encode((name, value.__name__))
+                    self._module(value, names, walked)
                 else:
-                    enc.encode(name)
                     enc.encode(value)
 
     def _code_digest(self, code: types.CodeType) -> bytes:
@@ -381,7 +507,8 @@ class Fingerprinter:
                 if name in _IGNORED_CLASS_ATTRS:
                     continue
                 enc.encode(name)
-                if isinstance(attr, (staticmethod, classmethod, property)):
+                if isinstance(attr, (staticmethod, classmethod, property,
+                                     functools.cached_property)):
                     self.encode_callable(attr)
                 else:
                     enc.encode(attr)
@@ -392,6 +519,23 @@ class Fingerprinter:
 def _name(obj: Any) -> str:
     return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(
         obj).__qualname__
+
+
+def _delegates(obj: Any) -> list[Any]:
+    """The callables a wrapper object hands its calls to: ``__wrapped__`` (set by
+    ``functools.update_wrapper``) and a partial-like ``func`` (``toolz.curry``)."""
+    found = []
+    wrapped = getattr(obj, "__dict__", {}).get("__wrapped__")
+    if wrapped is not None:
+        found.append(wrapped)
+    if any("func" in vars(klass) for klass in type(obj).__mro__[:-1]):
+        try:
+            func = obj.func
+        except Exception:
+            func = None
+        if callable(func):
+            found.append(func)
+    return found
 
 
 def _is_delayed_leaf(obj: Any) -> bool:

@@ -36,7 +36,7 @@ from .normalize import ValueEncoder
 __all__ = ["KEY_VERSION", "GraphHashes", "hash_graph"]
 
 # Bump whenever hashing or the value codecs change, so old entries are never misread.
-KEY_VERSION = 1
+KEY_VERSION = 2
 
 Key = Hashable
 _xxh3 = xxhash.xxh3_128_digest

@@ -12,7 +12,6 @@ then not cached (DESIGN.md section 2).
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import decimal
 import enum
@@ -98,6 +97,7 @@ class ValueEncoder:
             dict: self._dict,
             set: self._set,
             frozenset: self._frozenset,
+            types.MappingProxyType: self._mappingproxy,
             slice: self._slice,
             range: self._range,
             type(Ellipsis): self._ellipsis,
@@ -145,10 +145,13 @@ class ValueEncoder:
         data = obj.encode("utf-8", "surrogatepass")
         self.out.append(b"s%d:" % len(data))
         self.out.append(data)
-        # A string that names an existing file stands for that file's content.
-        if 2 < len(obj) < 4096 and ("/" in obj or "\\" in obj):
+        # A string that names an existing file stands for that file's content; a
+        # relative name ("table.csv") for the file in the current directory.
+        if 2 < len(obj) < 4096 and ("/" in obj or "\\" in obj or "." in obj):
             stamp = file_stamp(obj)
             if stamp is not None:
+                if not os.path.isabs(obj):
+                    self.out.append(b"@cwd" + os.getcwd().encode("utf-8", "surrogatepass"))
                 self.out.append(b"@file" + stamp)
 
     def _bytes(self, obj: bytes | bytearray) -> None:
@@ -220,6 +223,9 @@ class ValueEncoder:
                 encode(v)
             self._stack.pop()
 
+    def _mappingproxy(self, obj: types.MappingProxyType) -> None:
+        self._dict(obj, b"{m")  # type: ignore[arg-type]
+
     def _set(self, obj: set | frozenset, tag: bytes = b"<") -> None:
         # Sorted by encoding: iteration order of a set depends on PYTHONHASHSEED.
         if self._enter(obj):
@@ -288,15 +294,7 @@ class ValueEncoder:
             self.encode_callable(type(obj))
             self.encode(obj.__dask_tokenize__())
             return
-        if dataclasses.is_dataclass(obj):
-            self.out.append(b"C")
-            self.encode_callable(type(obj))
-            if self._enter(obj):
-                for field in dataclasses.fields(obj):
-                    self._str(field.name)
-                    self.encode(getattr(obj, field.name))
-                self._stack.pop()
-            return
+        # Dataclasses too: their state holds fields and any attribute set later.
         self._encode_reduced(obj)
 
     def _encode_reduced(self, obj: Any) -> None:
@@ -344,6 +342,7 @@ def _enc_enum(enc: ValueEncoder, obj: enum.Enum) -> None:
     enc.out.append(b"e")
     enc.encode_callable(type(obj))
     enc._str(obj.name)
+    enc.encode(obj._value_)  # the class fingerprint walks members only by name
 
 
 def _enc_module(enc: ValueEncoder, obj: types.ModuleType) -> None:
@@ -461,6 +460,11 @@ def _enc_pandas_values(enc: ValueEncoder, values: Any) -> None:
         enc.encode(values.name)
     if isinstance(dtype, np.dtype) and dtype.kind in "biufcmM":
         enc._ndarray(np.asarray(values))
+        return
+    if isinstance(dtype, np.dtype) and dtype.kind == "O" and pd.api.types.infer_dtype(
+            values, skipna=False) not in ("string", "bytes", "empty"):
+        # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
+        enc._list(list(values))
         return
     try:
         # pandas' own hash: deterministic (fixed siphash key), handles extension dtypes.

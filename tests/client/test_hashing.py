@@ -105,6 +105,35 @@ def scale(x):
 """
 
 
+SINGLEDISPATCH = """
+@functools.singledispatch
+def helper(x):
+    return x
+
+@helper.register(int)
+def _(x):
+    return x * {k}
+"""
+
+CACHED_PROPERTY = """
+class Config:
+    @functools.cached_property
+    def k(self):
+        return {k}
+"""
+
+TAGGED = BASE["definitions"] + """
+@dataclasses.dataclass
+class Tagged:
+    value: int
+
+def tagged(tag):
+    t = Tagged(1)
+    t.tag = tag  # not a field, but part of the object
+    return t
+"""
+
+
 def _variant(**changes):
     return {**BASE, **changes}
 
@@ -279,10 +308,74 @@ CASES = [
         None,
         set(),
     ),
+    # -- stale hits the correctness suite found (tests/correctness) -----------------------
+    (
+        "module imported inside the task body",
+        _variant(definitions=_defs("import userhelpers\nreturn userhelpers.scale(x)")),
+        _variant(definitions=_defs("import userhelpers\nreturn userhelpers.scale(x)")),
+        (HELPERS, HELPERS.replace("x * 2", "x * 7")),
+        {"b", "c"},
+    ),
+    (
+        "function attribute",
+        _variant(definitions=_defs("return x * step_b.k") + "\nstep_b.k = 2\n"),
+        _variant(definitions=_defs("return x * step_b.k") + "\nstep_b.k = 3\n"),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "lru_cache helper",
+        _variant(definitions=_defs("return helper(x)", "@functools.lru_cache\n"
+                                   "def helper(x):\n    return x * 2")),
+        _variant(definitions=_defs("return helper(x)", "@functools.lru_cache\n"
+                                   "def helper(x):\n    return x * 3")),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "singledispatch registration",
+        _variant(definitions=_defs("return helper(x)", SINGLEDISPATCH.format(k=2))),
+        _variant(definitions=_defs("return helper(x)", SINGLEDISPATCH.format(k=3))),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "cached_property of a class the task uses",
+        _variant(definitions=_defs("return x * Config().k", CACHED_PROPERTY.format(k=2))),
+        _variant(definitions=_defs("return x * Config().k", CACHED_PROPERTY.format(k=3))),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "enum member value",
+        _variant(imports="import enum", definitions=_defs(
+            "return x * K.ONE.value", "class K(enum.Enum):\n    ONE = 2")),
+        _variant(imports="import enum", definitions=_defs(
+            "return x * K.ONE.value", "class K(enum.Enum):\n    ONE = 3")),
+        None,
+        {"b", "c"},
+    ),
+    (
+        "dataclass attribute that is not a field",
+        _variant(imports="import dataclasses", a_arg="tagged(2)", definitions=TAGGED),
+        _variant(imports="import dataclasses", a_arg="tagged(3)", definitions=TAGGED),
+        None,
+        {"a", "b", "c"},
+    ),
+    (
+        "object column: a number becomes its string",
+        _variant(imports="import pandas as pd",
+                 a_arg="pd.DataFrame({'o': pd.Series([1, 'b'], dtype=object)})"),
+        _variant(imports="import pandas as pd",
+                 a_arg="pd.DataFrame({'o': pd.Series(['1', 'b'], dtype=object)})"),
+        None,
+        {"a", "b", "c"},
+    ),
 ]
 
 
-def _load(tmp_path: Path, tag: str, source: str, helpers: str | None) -> dict:
+def _load(tmp_path: Path, tag: str, source: str, helpers: str | None,
+          build=lambda module, dask: module.build(dask)) -> dict:
     """Import the pipeline as module ``userpipe`` (same name for every variant) and hash."""
     directory = tmp_path / tag
     directory.mkdir()
@@ -297,7 +390,7 @@ def _load(tmp_path: Path, tag: str, source: str, helpers: str | None) -> dict:
         module = importlib.util.module_from_spec(spec)
         sys.modules["userpipe"] = module
         spec.loader.exec_module(module)
-        return task_hashes(module.build(dask))
+        return task_hashes(build(module, dask))
     finally:
         sys.path.remove(str(directory))
         for name in ("userpipe", "userhelpers"):
@@ -376,3 +469,90 @@ def test_cache_version_annotation_overrides_code():
 
     assert task_hashes(make(1, "v1"))["s"] == task_hashes(make(2, "v1"))["s"]
     assert task_hashes(make(1, "v1"))["s"] != task_hashes(make(1, "v2"))["s"]
+
+
+def test_frompyfunc_ufunc_is_volatile_not_stale():
+    def double(x):
+        return x * 2
+
+    ufunc = np.frompyfunc(double, 1, 1)  # hides `double`: nothing to fingerprint
+    hashes = task_hashes(dask.delayed(ufunc, pure=True)(3, dask_key_name="u"))
+    assert hashes == {"u": None}
+    library = task_hashes(dask.delayed(np.add, pure=True)(3, 4, dask_key_name="u"))
+    assert library["u"] is not None
+
+
+def test_relative_file_name_stands_for_the_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "table.csv").write_text("v\n1\n")
+
+    def hashed():
+        return task_hashes(dask.delayed(len, pure=True)("table.csv", dask_key_name="n"))["n"]
+
+    first = hashed()
+    assert hashed() == first
+    (tmp_path / "table.csv").write_text("v\n22\n")
+    assert hashed() != first
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "table.csv").write_bytes((tmp_path / "table.csv").read_bytes())
+    os.utime(other / "table.csv", ns=(os.stat(tmp_path / "table.csv").st_mtime_ns,) * 2)
+    edited = hashed()
+    monkeypatch.chdir(other)  # same name, same size and mtime, another file
+    assert hashed() != edited
+
+
+# A helper edit must reach every collection API that takes a user function.
+API_PIPELINE = """
+import dask.array as da
+import dask.bag as db
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+
+K = {k}
+
+def f(x):
+    return x * K
+
+def build():
+    x = da.ones((20, 20), chunks=10)
+    b = db.from_sequence(range(10), npartitions=2)
+    df = dd.from_pandas(pd.DataFrame({{"g": np.arange(20) % 3, "v": np.arange(20.0)}}),
+                        npartitions=2)
+    return {expr}
+"""
+
+API_EXPRESSIONS = {
+    "map_blocks": "x.map_blocks(f).sum()",
+    "map_overlap": "x.map_overlap(f, depth=1).sum()",
+    "blockwise": "da.blockwise(f, 'ij', x, 'ij').sum()",
+    "apply_along_axis": "da.apply_along_axis(lambda r: f(r).sum(), 0, x)",
+    "array reduction": "da.reduction(x, lambda a, axis, keepdims: f(a).sum(axis=axis, "
+                       "keepdims=keepdims), lambda a, axis, keepdims: a.sum(axis=axis, "
+                       "keepdims=keepdims), dtype=float)",
+    "bag.map": "b.map(f).sum()",
+    "bag.filter": "b.filter(lambda v: f(v) > 3).count()",
+    "bag.foldby": "b.foldby(lambda v: v % 2, lambda a, v: a + f(v), 0)",
+    "bag.reduction": "b.reduction(lambda p: sum(map(f, p)), sum)",
+    "map_partitions": "df.map_partitions(lambda p: p.assign(v=f(p.v)))",
+    "series.apply": "df.v.apply(f, meta=('v', float))",
+    "groupby.apply": "df.groupby('g').v.apply(lambda s: f(s.sum()), meta=('v', float))",
+    "custom aggregation": "df.groupby('g').v.agg(dd.Aggregation('s', lambda s: f(s.sum()), "
+                          "lambda s: s.sum()))",
+    "assign callable": "df.assign(w=lambda d: f(d.v))",
+    "to_delayed": "dask.delayed(sum)([dask.delayed(f)(v) for v in x.to_delayed().ravel()])",
+}
+
+
+@pytest.mark.parametrize("expr", list(API_EXPRESSIONS.values()), ids=list(API_EXPRESSIONS))
+def test_helper_edit_reaches_every_collection_api(tmp_path, expr):
+    def hashes(k: int) -> dict:
+        source = "import dask\n" + API_PIPELINE.format(k=k, expr=expr)
+        return _load(tmp_path, f"k{k}", source, None, build=lambda module, dask: module.build())
+
+    before, after = hashes(2), hashes(3)
+    assert None not in before.values()
+    assert set(before.values()) != set(after.values())
+    # The output (last in dependency order) depends on f, so its hash changes.
+    assert list(before.values())[-1] != list(after.values())[-1]
