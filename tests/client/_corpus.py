@@ -9,6 +9,7 @@ and cache reports, so tests can run the corpus cold and warm in fresh processes:
 from __future__ import annotations
 
 import argparse
+import functools
 import operator
 import pickle
 import sys
@@ -97,6 +98,28 @@ def delayed_many_outputs(ctx):
 @entry
 def delayed_nested_containers(ctx):
     return {"x": dask.delayed(add)(1, 1), "y": (dask.delayed(square)(4), "literal")}
+
+
+@entry
+def delayed_partial_and_method(ctx):
+    shifted = dask.delayed(functools.partial(add, 10), pure=True)(5)
+    return dask.delayed(np.arange(12.0).reshape(3, 4).sum, pure=True)(axis=shifted % 2)
+
+
+class Point:
+    """A user class as a task argument (hashed by its code and its state)."""
+
+    def __init__(self, x: float, y: float) -> None:
+        self.x, self.y = x, y
+
+    def norm(self) -> float:
+        return float(np.hypot(self.x, self.y))
+
+
+@entry
+def delayed_object_and_frame_arguments(ctx):
+    norm = dask.delayed(Point.norm)(Point(3.0, 4.0))
+    return dask.delayed(lambda df, n: df.value.sum() * n)(_pdf(), norm)
 
 
 # -- array -------------------------------------------------------------------------------
@@ -192,6 +215,54 @@ def array_h5py(ctx):
 
 
 @entry
+def array_h5py_slice(ctx):
+    import h5py
+
+    dset = h5py.File(ctx["h5"], "r")["data"]
+    return da.from_array(dset, chunks=(5, 5))[::2, 3:].mean(axis=1)
+
+
+@entry
+def array_linalg_svd(ctx):
+    _, s, _ = da.linalg.svd(da.from_array(_x(), chunks=(20, 40)))
+    return s
+
+
+@entry
+def array_linalg_norm_and_projection(ctx):
+    a = da.from_array(_x(), chunks=(20, 40))
+    q, _ = da.linalg.tsqr(a)
+    return da.linalg.norm(a, axis=1), (q.T @ a).sum(axis=0)
+
+
+@entry
+def array_tensordot_transpose(ctx):
+    a = _arr()
+    return da.tensordot(a, a, axes=([0], [0])).T[::5]
+
+
+@entry
+def array_random_legacy_seed(ctx):
+    return da.random.RandomState(5).random_sample((40, 10), chunks=10).mean(axis=1)
+
+
+@entry
+def array_topk_unique(ctx):
+    a = (_arr() * 100).astype("int64")
+    return da.topk(a.ravel(), 5), da.unique(a[:, 0] % 7)
+
+
+@entry
+def array_map_blocks_drop_axis(ctx):
+    return _arr().map_blocks(lambda b: b.sum(axis=1), drop_axis=1, dtype=float)
+
+
+@entry
+def array_reshape(ctx):
+    return _arr().reshape(60, 4, 10)[::4].sum(axis=2)
+
+
+@entry
 def array_large_chunks(ctx):
     # Big enough that the server keeps it as a Zarr array.
     return da.ones((512, 512), chunks=(256, 512), dtype="float64") * 3.0
@@ -245,6 +316,35 @@ def dataframe_describe_like(ctx):
     return df.value.min(), df.value.max(), df["count"].mean()
 
 
+@entry
+def dataframe_groupby_apply(ctx):
+    return _ddf().groupby("key").apply(lambda g: g.value.sum() * len(g),
+                                       meta=("value", "f8"))
+
+
+@entry
+def dataframe_rolling(ctx):
+    return _ddf().value.rolling(5).mean()
+
+
+@entry
+def dataframe_drop_duplicates_nunique(ctx):
+    df = _ddf()
+    return df[["key", "name"]].drop_duplicates(), df.name.nunique()
+
+
+@entry
+def dataframe_sort_values(ctx):
+    return _ddf().sort_values("value")
+
+
+@entry
+def dataframe_merge_on_index(ctx):
+    right = dd.from_pandas(pd.DataFrame({"w": np.arange(9.0)}, index=np.arange(9)),
+                           npartitions=2)
+    return _ddf().set_index("key").join(right, how="inner").w.sum()
+
+
 # -- bag ---------------------------------------------------------------------------------
 
 
@@ -269,6 +369,24 @@ def bag_foldby(ctx):
 def bag_to_list(ctx):
     return db.from_sequence([{"a": i, "b": str(i)} for i in range(10)],
                             npartitions=2).pluck("b")
+
+
+@entry
+def bag_to_dataframe(ctx):
+    meta = pd.DataFrame({"a": pd.Series(dtype="int64"), "b": pd.Series(dtype="float64")})
+    return db.from_sequence([{"a": i, "b": float(i) / 3} for i in range(12)],
+                            npartitions=3).to_dataframe(meta=meta)  # no compute to build
+
+
+@entry
+def bag_flatten_topk(ctx):
+    return db.from_sequence([[i, i * 2] for i in range(15)], npartitions=3).flatten().topk(4)
+
+
+@entry
+def bag_fold_distinct(ctx):
+    b = db.from_sequence([i % 6 for i in range(30)], npartitions=3)
+    return b.fold(operator.add), b.distinct().count()
 
 
 def build(name: str, ctx: dict) -> object:

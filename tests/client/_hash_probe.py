@@ -1,8 +1,13 @@
-"""Prints the task hashes of a fixed corpus of computations as JSON (run as a script).
+"""Prints the task hashes of a fixed set of computations as JSON
+(``python -m tests.client._hash_probe H5_PATH``): the values below that tend to hash
+differently in different processes, and every entry of the equality corpus.
 
 Used by test_hashing.py to compare hashes across interpreter processes with different
-PYTHONHASHSEEDs. Keys of non-pure delayed and finalize tasks are random, so each entry is
-the sorted list of hashes, with "volatile" for tasks that could not be hashed.
+PYTHONHASHSEEDs, across threads and in a worker process. Keys of non-pure delayed and
+finalize tasks are random, so each entry is the sorted set of hashes, with "volatile"
+for tasks that could not be hashed. (A set: how Dask fuses a graph can depend on
+PYTHONHASHSEED, e.g. ``da.linalg.qr``, which changes how many aliases and fused keys
+share one hash, but never the hashes themselves.)
 """
 
 from __future__ import annotations
@@ -71,12 +76,23 @@ def corpus(h5_path: str) -> dict:
     }
 
 
+def probe_hashes(h5_path: str) -> dict[str, list[str]]:
+    """The sorted task hashes of every computation, by name. Shuffles and rechunks are
+    planned as plain tasks: otherwise Dask picks P2P when it finds a distributed client
+    and a disk shuffle when not, which makes other graphs (not other hashes)."""
+    from tests.client._corpus import CORPUS, build
+
+    with dask.config.set({"dataframe.shuffle.method": "tasks",
+                          "array.rechunk.method": "tasks"}):
+        collections = corpus(h5_path)
+        collections.update({f"corpus:{name}": build(name, {"h5": h5_path})
+                            for name in CORPUS})
+        return {name: sorted({h or "volatile" for h in task_hashes(coll).values()})
+                for name, coll in collections.items()}
+
+
 def main() -> None:
-    result = {}
-    for name, coll in corpus(sys.argv[1]).items():
-        hashes = task_hashes(coll)
-        result[name] = sorted(h or "volatile" for h in hashes.values())
-    json.dump(result, sys.stdout)
+    json.dump(probe_hashes(sys.argv[1]), sys.stdout)
 
 
 if __name__ == "__main__":

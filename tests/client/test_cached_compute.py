@@ -72,7 +72,7 @@ def expected(cold_corpus, h5_path, request):
 
 
 def test_corpus_is_large_enough():
-    assert len(CORPUS) >= 30
+    assert len(CORPUS) >= 50
 
 
 def test_corpus_cold_equals_dask_compute(cold_corpus, expected):

@@ -12,28 +12,29 @@ import threading
 from pathlib import Path
 
 import dask
-import dask.array as da
 import h5py
 import numpy as np
 import pytest
 
 from client_lib import cache_version, task_hashes
+from tests.client._corpus import CORPUS
 
-PROBE = Path(__file__).with_name("_hash_probe.py")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def h5_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("h5") / "data.h5"
     with h5py.File(path, "w") as f:
-        f["data"] = np.arange(50.0)
+        f["data"] = np.arange(200.0).reshape(20, 10)  # the corpus needs 2-d
     return str(path)
 
 
 def _probe(h5_file: str, seed: str) -> dict:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     out = subprocess.run(
-        [sys.executable, str(PROBE), h5_file],
+        [sys.executable, "-m", "tests.client._hash_probe", h5_file],
+        cwd=ROOT,
         env=env,
         check=True,
         capture_output=True,
@@ -46,25 +47,32 @@ def _probe(h5_file: str, seed: str) -> dict:
 def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
     first, second = _probe(h5_file, "1"), _probe(h5_file, "12345")
     assert first == second
-    assert len(first) >= 15
+    assert len(first) >= 15 + len(CORPUS)
     for name, hashes in first.items():
         assert "volatile" not in hashes, name
         assert all(len(h) == 32 for h in hashes), name
 
 
-def test_hashes_equal_across_threads():
-    arr = da.from_array(np.arange(100.0), chunks=10)
+def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
+    from distributed import Client, LocalCluster
+
+    from tests.client._hash_probe import probe_hashes
+
+    here = probe_hashes(h5_file)
     results: list[dict] = []
-
-    def run():
-        results.append(sorted(filter(None, task_hashes(arr.mean()).values())))
-
-    threads = [threading.Thread(target=run) for _ in range(4)]
+    threads = [threading.Thread(target=lambda: results.append(probe_hashes(h5_file)))
+               for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len(results) == 4 and all(r == results[0] for r in results)
+    assert len(results) == 3 and all(r == here for r in results)
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        (worker_pid,) = client.run(os.getpid).values()
+        remote = client.submit(probe_hashes, h5_file, pure=False).result()
+    assert worker_pid != os.getpid()
+    assert remote == here
 
 
 # -- what changes a hash -------------------------------------------------------------------
@@ -504,7 +512,6 @@ def test_relative_file_name_stands_for_the_file(tmp_path, monkeypatch):
 
 # A helper edit must reach every collection API that takes a user function.
 API_PIPELINE = """
-import dask.array as da
 import dask.bag as db
 import dask.dataframe as dd
 import numpy as np
