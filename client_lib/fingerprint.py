@@ -244,6 +244,8 @@ class Fingerprinter:
     def __init__(self, encoder: ValueEncoder) -> None:
         self.enc = encoder
         encoder.encode_callable = self.encode_callable
+        encoder.encode_module = self._module_value
+        self._modules: list[str] = []  # user modules being encoded as values
         self._cache: dict[int, tuple[Any, bytes]] = {}
         self._code_cache: dict[int, tuple[types.CodeType, bytes]] = {}
         self._stack: list[int] = []
@@ -381,6 +383,8 @@ class Fingerprinter:
         enc.out.append(b"U")
         enc.encode((module, func.__qualname__))
         enc.out.append(self._code_digest(func.__code__))
+        names = _code_names(func.__code__, set())
+        walked: set[str] = set()
         try:
             enc.encode(func.__defaults__)
             enc.encode(func.__kwdefaults__)
@@ -390,21 +394,22 @@ class Fingerprinter:
                 except ValueError:  # an empty cell
                     enc.out.append(b"empty")
                     continue
-                enc.encode(value)
+                if isinstance(value, _MODULE_TYPE):  # imported in an enclosing function
+                    self._module(value, names, walked)
+                else:
+                    enc.encode(value)
             if func.__dict__:  # attributes: __wrapped__, singledispatch's registry, ...
                 enc.out.append(b"a")
                 enc.encode(dict(sorted(func.__dict__.items())))
-            self._globals(func)
+            self._globals(func, names, walked)
         except VolatileValue as exc:
             raise VolatileValue(f"{_name(func)}: {exc.reason}") from None
 
-    def _globals(self, func: types.FunctionType) -> None:
+    def _globals(self, func: types.FunctionType, names: set[str], walked: set[str]) -> None:
         """The module-level names the code may read, with their current values, and
         the modules it imports in its body."""
         enc = self.enc
-        names = _code_names(func.__code__, set())
         glb = func.__globals__
-        walked: set[str] = set()
         for name in sorted(names):
             if name not in glb:
                 continue
@@ -467,6 +472,28 @@ class Fingerprinter:
                 else:
                     enc.encode(value)
 
+    def _module_value(self, module: types.ModuleType) -> None:
+        """A module held as a value (an argument, a class attribute): a library by
+        version, a user module by all its attributes."""
+        enc = self.enc
+        name = module.__name__
+        version = library_version(name.partition(".")[0])
+        enc.out.append(b"m")
+        enc.encode((name, version))
+        if version is not None:
+            return
+        if name in self._modules:  # a cycle through module attributes
+            enc.out.append(b"@%d;" % self._modules.index(name))
+            return
+        self._modules.append(name)
+        try:
+            for attr, value in sorted(vars(module).items()):
+                if not attr.startswith("__"):
+                    enc.encode(attr)
+                    enc.encode(value)
+        finally:
+            self._modules.pop()
+
     def _code_digest(self, code: types.CodeType) -> bytes:
         hit = self._code_cache.get(id(code))
         if hit is not None:
@@ -502,6 +529,8 @@ class Fingerprinter:
         enc.encode((cls.__module__, cls.__qualname__))
         for base in cls.__bases__:
             self.encode_callable(base)
+        if type(cls) is not type:  # a metaclass can change what the class does
+            self.encode_callable(type(cls))
         try:
             for name, attr in sorted(vars(cls).items()):
                 if name in _IGNORED_CLASS_ATTRS:

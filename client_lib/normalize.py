@@ -73,8 +73,9 @@ class ValueEncoder:
     """Appends the encoding of values to ``self.out``.
 
     Not thread safe: one encoder per hashing pass. Callables are delegated to
-    ``encode_callable`` and graph nodes to ``encode_graph_node`` (both set by the owner),
-    so this module knows nothing about functions or Dask graphs.
+    ``encode_callable``, modules to ``encode_module`` and graph nodes to
+    ``encode_graph_node`` (all set by the owner), so this module knows nothing about
+    functions, code or Dask graphs.
     """
 
     def __init__(self) -> None:
@@ -82,6 +83,7 @@ class ValueEncoder:
         self._stack: list[int] = []  # ids of containers being walked (cycle guard)
         self.encode_callable: Callable[[Any], None] = self._no_callable
         self.encode_graph_node: Callable[[Any], bool] = lambda obj: False
+        self.encode_module: Callable[[types.ModuleType], None] = self._module_name
         self._dispatch: dict[type, Callable[[Any], None]] = {
             type(None): self._none,
             bool: self._bool,
@@ -269,6 +271,10 @@ class ValueEncoder:
 
     # -- everything else ----------------------------------------------------------------
 
+    def _module_name(self, obj: types.ModuleType) -> None:
+        self.out.append(b"m")
+        self._str(obj.__name__)
+
     def _no_callable(self, obj: Any) -> None:
         raise VolatileValue(f"cannot hash callable {type(obj).__qualname__}")
 
@@ -346,8 +352,7 @@ def _enc_enum(enc: ValueEncoder, obj: enum.Enum) -> None:
 
 
 def _enc_module(enc: ValueEncoder, obj: types.ModuleType) -> None:
-    enc.out.append(b"m")
-    enc._str(obj.__name__)
+    enc.encode_module(obj)  # the owner knows libraries from user code
 
 
 def _enc_path(enc: ValueEncoder, obj: pathlib.PurePath) -> None:

@@ -24,8 +24,6 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from client_lib import task_hashes
-
 
 class Point:  # a class defined in __main__ when run as a script
     def __init__(self, x, y):
@@ -76,10 +74,17 @@ def corpus(h5_path: str) -> dict:
     }
 
 
-def probe_hashes(h5_path: str) -> dict[str, list[str]]:
-    """The sorted task hashes of every computation, by name. Shuffles and rechunks are
-    planned as plain tasks: otherwise Dask picks P2P when it finds a distributed client
-    and a disk shuffle when not, which makes other graphs (not other hashes)."""
+def probe_graphs(h5_path: str) -> dict[str, tuple]:
+    """Every computation materialised and unfused, ready to hash: ``(graph, order)``.
+
+    Shuffles and rechunks are planned as plain tasks: otherwise Dask picks P2P when it
+    finds a distributed client and a disk shuffle when not, which makes other graphs (not
+    other hashes). Build graphs in one thread at a time: on Python 3.11 dask-expr's
+    nested ``functools.cached_property`` can deadlock when two threads plan at once.
+    """
+    from dask.base import unpack_collections
+
+    from client_lib.graph import materialize, toposort, unfuse
     from tests.client._corpus import CORPUS, build
 
     with dask.config.set({"dataframe.shuffle.method": "tasks",
@@ -87,8 +92,27 @@ def probe_hashes(h5_path: str) -> dict[str, list[str]]:
         collections = corpus(h5_path)
         collections.update({f"corpus:{name}": build(name, {"h5": h5_path})
                             for name in CORPUS})
-        return {name: sorted({h or "volatile" for h in task_hashes(coll).values()})
-                for name, coll in collections.items()}
+        graphs = {}
+        for name, coll in collections.items():
+            m = unfuse(materialize(unpack_collections(coll)[0]))
+            graphs[name] = (m, toposort(m.graph, m.keys))
+    return graphs
+
+
+def hash_graphs(graphs: dict[str, tuple]) -> dict[str, list[str]]:
+    """The sorted set of task hashes of every graph, by name (thread safe)."""
+    from client_lib.hashing import hash_graph
+
+    result = {}
+    for name, (m, order) in graphs.items():
+        hashes = hash_graph(m.graph, order, "default", m)
+        result[name] = sorted({hashes.hashes.get(k) or "volatile" for k in order})
+    return result
+
+
+def probe_hashes(h5_path: str) -> dict[str, list[str]]:
+    """The sorted set of task hashes of every computation, by name."""
+    return hash_graphs(probe_graphs(h5_path))
 
 
 def main() -> None:

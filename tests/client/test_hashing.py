@@ -56,11 +56,12 @@ def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
 def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
     from distributed import Client, LocalCluster
 
-    from tests.client._hash_probe import probe_hashes
+    from tests.client._hash_probe import hash_graphs, probe_graphs, probe_hashes
 
-    here = probe_hashes(h5_file)
+    graphs = probe_graphs(h5_file)
+    here = hash_graphs(graphs)
     results: list[dict] = []
-    threads = [threading.Thread(target=lambda: results.append(probe_hashes(h5_file)))
+    threads = [threading.Thread(target=lambda: results.append(hash_graphs(graphs)))
                for _ in range(3)]
     for t in threads:
         t.start()
@@ -128,6 +129,26 @@ class Config:
     @functools.cached_property
     def k(self):
         return {k}
+"""
+
+MODULE_CLOSURE = """
+def make():
+    import userhelpers
+
+    def scaled(x):
+        return userhelpers.scale(x)
+    return scaled
+
+scaled = make()
+"""
+
+METACLASS = """
+class Meta(type):
+    def __call__(cls):
+        return {k}
+
+class Made(metaclass=Meta):
+    pass
 """
 
 TAGGED = BASE["definitions"] + """
@@ -371,6 +392,27 @@ CASES = [
         {"a", "b", "c"},
     ),
     (
+        "module imported by the function that made the closure",
+        _variant(definitions=_defs("return scaled(x)", MODULE_CLOSURE)),
+        _variant(definitions=_defs("return scaled(x)", MODULE_CLOSURE)),
+        (HELPERS, HELPERS.replace("x * 2", "x * 7")),
+        {"b", "c"},
+    ),
+    (
+        "user module as an argument",
+        _variant(imports="import userhelpers", a_arg="userhelpers"),
+        _variant(imports="import userhelpers", a_arg="userhelpers"),
+        (HELPERS, HELPERS.replace("x * 2", "x * 7")),
+        {"a", "b", "c"},
+    ),
+    (
+        "metaclass",
+        _variant(definitions=_defs("return x * Made()", METACLASS.format(k=2))),
+        _variant(definitions=_defs("return x * Made()", METACLASS.format(k=3))),
+        None,
+        {"b", "c"},
+    ),
+    (
         "object column: a number becomes its string",
         _variant(imports="import pandas as pd",
                  a_arg="pd.DataFrame({'o': pd.Series([1, 'b'], dtype=object)})"),
@@ -512,6 +554,7 @@ def test_relative_file_name_stands_for_the_file(tmp_path, monkeypatch):
 
 # A helper edit must reach every collection API that takes a user function.
 API_PIPELINE = """
+import dask.array as da
 import dask.bag as db
 import dask.dataframe as dd
 import numpy as np
