@@ -35,6 +35,10 @@ __all__ = ["ValueEncoder", "file_stamp"]
 _xxh3 = xxhash.xxh3_128_digest
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
+# Arrays and numpy scalars carry numpy's version, as every other library object carries
+# its class's library version: what user code computes from them (``x * 0.1`` on float32,
+# NEP 50) can change with numpy, though the code and the bytes do not.
+_NUMPY = b"numpy==" + np.__version__.encode()
 _INLINE_BYTES = 4096  # longer byte strings are represented by their digest
 _MAX_DEPTH = 200
 _PATH_CHARS = ("/", "\\")
@@ -252,7 +256,7 @@ class ValueEncoder:
         if type(obj) is not np.ndarray:
             self._encode_reduced(obj)
             return
-        self.out.append(b"A")
+        self.out.append(b"A" + _NUMPY)
         self._np_dtype(obj.dtype)
         self.out.append(b"%r" % (obj.shape,))
         if obj.dtype.hasobject:
@@ -262,7 +266,7 @@ class ValueEncoder:
         self._raw(b"b", data.data)
 
     def _np_scalar(self, obj: np.generic) -> None:
-        self.out.append(b"a")
+        self.out.append(b"a" + _NUMPY)
         self._np_dtype(obj.dtype)
         if obj.dtype.hasobject:
             self.encode(obj.item())

@@ -69,7 +69,7 @@ def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
         t.join()
     assert len(results) == 3 and all(r == here for r in results)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
         (worker_pid,) = client.run(os.getpid).values()
         remote = client.submit(probe_hashes, h5_file, pure=False).result()
     assert worker_pid != os.getpid()
@@ -519,6 +519,35 @@ def test_cache_version_annotation_overrides_code():
 
     assert task_hashes(make(1, "v1"))["s"] == task_hashes(make(2, "v1"))["s"]
     assert task_hashes(make(1, "v1"))["s"] != task_hashes(make(1, "v2"))["s"]
+
+
+def test_a_library_upgrade_changes_tasks_that_only_receive_its_objects(monkeypatch):
+    """``scale`` names no library, but what ``x * 0.1`` gives for a float32 array is
+    numpy's business (NEP 50 changed it), and what ``df.groupby`` gives is pandas'."""
+    import pandas as pd
+
+    import client_lib.fingerprint
+    import client_lib.normalize
+
+    def scale(x):
+        return x * 0.1
+
+    def hashed():
+        arr = dask.delayed(scale, pure=True)(np.ones(3, "f4"), dask_key_name="arr")
+        one = dask.delayed(scale, pure=True)(np.float32(1), dask_key_name="one")
+        df = dask.delayed(scale, pure=True)(pd.DataFrame({"v": [1.0]}), dask_key_name="df")
+        return task_hashes([arr, one, df])
+
+    before = hashed()
+    monkeypatch.setattr(client_lib.normalize, "_NUMPY", b"numpy==99.0")  # an upgrade
+    numpy_upgraded = hashed()
+    assert all(before[k] != numpy_upgraded[k] for k in ("arr", "one", "df"))
+    real = client_lib.fingerprint.library_version
+    monkeypatch.setattr(client_lib.fingerprint, "library_version",
+                        lambda top: "pandas==99.0" if top == "pandas" else real(top))
+    pandas_upgraded = hashed()
+    assert pandas_upgraded["df"] != numpy_upgraded["df"]
+    assert pandas_upgraded["arr"] == numpy_upgraded["arr"]
 
 
 def test_frompyfunc_ufunc_is_volatile_not_stale():
