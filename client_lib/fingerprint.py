@@ -18,6 +18,7 @@ from __future__ import annotations
 import dis
 import functools
 import importlib
+import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
@@ -32,7 +33,7 @@ import numpy as np
 import xxhash
 
 from .errors import VolatileValue
-from .normalize import ValueEncoder
+from .normalize import ValueEncoder, file_stamp
 
 __all__ = ["Fingerprinter", "cache_version", "library_version"]
 
@@ -350,9 +351,12 @@ class Fingerprinter:
         self.enc.encode((module, obj.__name__, version))
 
     def _library_name(self, obj: Any, module: str | None) -> None:
+        """Compiled code by name and version; compiled user code (an extension module
+        outside site-packages) by name and its file's stamp, as it has no bytecode."""
         top = (module or "").partition(".")[0]
+        version = library_version(top) if top else None
         self.enc.out.append(b"B")
-        self.enc.encode((module, _name(obj), library_version(top) if top else None))
+        self.enc.encode((module, _name(obj), version or _compiled_stamp(module)))
 
     def _builtin(self, obj: Any) -> None:
         owner = getattr(obj, "__self__", None)
@@ -526,7 +530,7 @@ class Fingerprinter:
             enc.encode((cls.__module__, cls.__qualname__, version))
             return
         enc.out.append(b"C")
-        enc.encode((cls.__module__, cls.__qualname__))
+        enc.encode((cls.__module__, cls.__qualname__, _compiled_stamp(cls.__module__)))
         for base in cls.__bases__:
             self.encode_callable(base)
         if type(cls) is not type:  # a metaclass can change what the class does
@@ -543,6 +547,18 @@ class Fingerprinter:
                     enc.encode(attr)
         except VolatileValue as exc:
             raise VolatileValue(f"class {cls.__qualname__}: {exc.reason}") from None
+
+
+def _compiled_stamp(module: str | None) -> str | None:
+    """``size:mtime`` of a compiled extension module's file (rebuilding it changes the
+    stamp), ``None`` for Python modules; its code cannot be hashed any other way."""
+    file = getattr(sys.modules.get(module or ""), "__file__", None) or ""
+    if not file.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return None
+    stamp = file_stamp(file)
+    if stamp is None:
+        raise VolatileValue(f"compiled module {module!r} cannot be stat'ed")
+    return stamp.decode()
 
 
 def _name(obj: Any) -> str:

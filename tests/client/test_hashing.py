@@ -635,3 +635,35 @@ def test_helper_edit_reaches_every_collection_api(tmp_path, expr):
     assert set(before.values()) != set(after.values())
     # The output (last in dependency order) depends on f, so its hash changes.
     assert list(before.values())[-1] != list(after.values())[-1]
+
+
+def test_compiled_user_code_is_identified_by_its_file(tmp_path, monkeypatch):
+    """An extension module outside site-packages is user code without bytecode: a
+    rebuild (a new file) must change the hash. xxhash's compiled core, copied into a
+    user directory, stands in for one."""
+    import shutil
+
+    import xxhash
+
+    (source,) = Path(xxhash.__file__).parent.glob("_xxhash*")
+    shutil.copy(source, tmp_path / source.name)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "_xxhash", raising=False)
+    import _xxhash
+
+    assert Path(_xxhash.__file__).parent == tmp_path
+
+    # Its types name the xxhash package as their module; a type of the copied module:
+    compiled_type = type("Digest", (), {"__module__": "_xxhash"})
+
+    def hashed():
+        func = dask.delayed(_xxhash.xxh3_128_hexdigest, pure=True)(b"x", dask_key_name="f")
+        cls = dask.delayed(compiled_type, pure=True)(dask_key_name="c")
+        return task_hashes([func, cls])
+
+    before = hashed()
+    assert None not in before.values() and hashed() == before
+    os.utime(_xxhash.__file__, ns=(1, 1))  # rebuilt
+    after = hashed()
+    assert after["f"] != before["f"] and after["c"] != before["c"]
+    monkeypatch.delitem(sys.modules, "_xxhash")
