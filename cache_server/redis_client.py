@@ -3,7 +3,8 @@
 redis-py's asyncio connections pack every argument in Python (~1 µs each), which dominates a
 100k-hash ``SMISMEMBER`` (about 120 ms of packing against ~60 ms in all with hiredis on this
 machine). The synchronous client already uses hiredis's packer; we give the async
-connection classes the same one.
+connection classes the same one, and call it directly: redis-py's wrapper re-walks every
+argument in Python first (~20 ms of a 100k-hash lookup's ~40 ms of packing).
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import redis.asyncio as aioredis
 from redis.connection import HiredisRespSerializer
 from redis.utils import HIREDIS_AVAILABLE
 
+if HIREDIS_AVAILABLE:
+    import hiredis
+
 __all__ = ["connect"]
 
 
@@ -21,6 +25,13 @@ class _HiredisPacking:
     _serializer = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
 
     def pack_command(self, *args: Any) -> list[bytes]:
+        # Plain str/bytes/number arguments (every large command we send) go straight to
+        # hiredis; multi-word command names and buffers take redis-py's path.
+        if isinstance(args[0], str) and " " not in args[0]:
+            try:
+                return [hiredis.pack_command(args)]
+            except TypeError:
+                pass
         return self._serializer.pack(*args)  # type: ignore[union-attr]
 
 

@@ -48,6 +48,10 @@ def test_malformed_requests_are_422_without_effects(client: httpx.Client, stats)
         b"[]",
         json.dumps({"hashes": [new_hash(), "Z" * 32]}).encode(),
         json.dumps({"hashes": [new_hash() + "0"]}).encode(),
+        # Lengths that add up to 32 each on average, and characters outside ASCII.
+        json.dumps({"hashes": [new_hash()[:31], new_hash() + "a"]}).encode(),
+        json.dumps({"hashes": [new_hash()[:31] + "\u00e9"]}).encode(),
+        json.dumps({"hashes": [new_hash().upper()]}).encode(),
     ]
     for body in bad_bodies:
         response = client.post(
