@@ -180,7 +180,9 @@ class CacheClient:
         if enc.kind == "ndarray":
             headers["X-Result-Dtype"] = enc.dtype
             headers["X-Result-Shape"] = enc.shape
-        body = (bytes(chunk) for chunk in enc.chunks())
+        # memoryview slices of the value itself: h11 copies each once into the request
+        # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
+        body = enc.chunks()
         try:
             response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
                                      headers=headers)
@@ -225,7 +227,11 @@ class CacheClient:
 
 def _read_body(response: httpx.Response, kind: str, dtype: str,
                shape: str) -> tuple[Any, str]:
-    """Read a streamed body into one buffer while hashing it; (buffer, digest)."""
+    """Read a streamed body into one buffer while hashing it; (buffer, digest).
+
+    Pieces are taken as the connection delivers them (``iter_raw()`` without a size):
+    with a size httpx re-assembles them in a ``BytesIO`` first, two more copies of the body.
+    """
     hasher = xxhash.xxh3_128(f"{kind}\n{dtype}\n{shape}\n".encode("ascii"))
     length = response.headers.get("content-length")
     if length is not None:
@@ -233,7 +239,7 @@ def _read_body(response: httpx.Response, kind: str, dtype: str,
         buffer = bytearray(size)
         view = memoryview(buffer)
         pos = 0
-        for chunk in response.iter_raw(codec.CHUNK_BYTES):
+        for chunk in response.iter_raw():
             n = len(chunk)
             if pos + n > size:
                 raise CacheProtocolError("body longer than Content-Length")
@@ -244,7 +250,7 @@ def _read_body(response: httpx.Response, kind: str, dtype: str,
             raise CacheProtocolError(f"body ended after {pos} of {size} bytes")
         return buffer, hasher.hexdigest()
     parts = bytearray()
-    for chunk in response.iter_raw(codec.CHUNK_BYTES):
+    for chunk in response.iter_raw():
         parts += chunk
         hasher.update(chunk)
     return parts, hasher.hexdigest()
