@@ -1,0 +1,117 @@
+"""Measure 2, cold overhead: ``cached_compute`` against ``dask.compute`` with an empty cache.
+
+Trivial graphs of about 1k, 10k and 100k tasks (``bench/_graphs.py``: a wide delayed
+fan-in and a chunked dask.array), threaded scheduler, a new namespace per run (so nothing
+is cached), default ``"auto"`` policy. Graphs are built outside the timed region.
+
+Baselines, measured in the same run: ``dask.compute(x)`` and, for the delayed fan-in,
+``dask.compute(x, optimize_graph=False)``: Dask's delayed optimisation is quadratic on wide
+graphs (DESIGN.md section 9) and ``cached_compute`` skips it (it culls during the rewrite),
+so that is the fair baseline for delayed; the default is reported beside it (and not run at
+100k tasks, where it takes minutes). The overhead is broken down per phase in microseconds
+per task: materialise, hash, lookup, rewrite, and the run phase's excess over the baseline
+(store wrappers and store decisions). Target: <= 1.2x.
+
+    python bench/cold_overhead.py [--repeat 3] [--sizes 1000,10000,100000] [--smoke]
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+
+import dask
+from _graphs import GRAPHS, build
+from _harness import Ratio, cache_server, finish, parse_args
+
+from client_lib import CacheClient, cached_compute, last_report
+
+PHASES = ("materialize", "hash", "lookup", "rewrite", "run")
+DEFAULT_OPTIMIZE_LIMIT = 10_000  # dask.compute's default on a wider delayed graph: minutes
+
+
+def _sizes(parser) -> None:
+    parser.add_argument("--sizes", default="1000,10000,100000",
+                        help="approximate task counts, comma separated")
+    parser.add_argument("--graphs", default=",".join(GRAPHS))
+
+
+def dask_tasks(x) -> int:
+    """How many tasks Dask itself would schedule for ``x`` (fused, optimised)."""
+    from dask.base import collections_to_expr
+
+    return len(collections_to_expr([x]).optimize().__dask_graph__())
+
+
+def warm_up(cache: CacheClient) -> None:
+    """Import and first-call costs are paid once per process, not per figure."""
+    for kind in GRAPHS:
+        x = build(kind, 200)
+        dask.compute(x, scheduler="threads")
+        cached_compute(x, cache=cache, namespace=uuid.uuid4().hex, scheduler="threads")
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(kind: str, n: int, cache: CacheClient, repeat: int) -> tuple[dict, dict, int]:
+    """Median seconds of each way to compute the graph, and of each cached_compute phase."""
+    x = build(kind, n)
+    runs: dict[str, list[float]] = {"dask": [], "dask_noopt": [], "cached": []}
+    phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    nodes = 0
+    with dask.config.set(scheduler="threads"):
+        for _ in range(repeat):
+            if kind == "array" or n <= DEFAULT_OPTIMIZE_LIMIT:
+                runs["dask"].append(timed(lambda: dask.compute(x)))
+            if kind == "fanin":
+                runs["dask_noopt"].append(timed(lambda: dask.compute(x, optimize_graph=False)))
+            namespace = uuid.uuid4().hex
+            runs["cached"].append(
+                timed(lambda: cached_compute(x, cache=cache, namespace=namespace)))  # noqa: B023
+            report = last_report()
+            assert report is not None and report.hits == 0 and not report.fallback
+            nodes = report.tasks
+            for p in PHASES:
+                phases[p].append(report.seconds.get(p, 0.0))
+    seconds = {k: statistics.median(v) for k, v in runs.items() if v}
+    phase_seconds = {p: statistics.median(v) for p, v in phases.items()}
+    return seconds, phase_seconds, nodes
+
+
+def main() -> None:
+    args = parse_args(__doc__.split("\n\n")[0], repeat=3, extra=_sizes)
+    sizes = [200] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    ratios, details = [], {}
+    with cache_server() as server:
+        cache = CacheClient(server.url)
+        warm_up(cache)
+        for kind in args.graphs.split(","):
+            for n in sizes:
+                tasks = dask_tasks(build(kind, n))
+                med, phases, nodes = measure(kind, n, cache, args.repeat)
+                base_key = "dask_noopt" if kind == "fanin" else "dask"
+                base = med[base_key]
+                us = {p: v / tasks * 1e6 for p, v in phases.items()}
+                us["run_excess"] = (phases["run"] - base) / tasks * 1e6
+                label = f"{kind}[{n}]"
+                print(f"{label:14s} {tasks:7d} tasks ({nodes} unfused)  "
+                      + "  ".join(f"{k} {v:.3f} s" for k, v in med.items())
+                      + "\n               us/task: "
+                      + "  ".join(f"{p} {v:.1f}" for p, v in us.items())
+                      + f"  (baseline {base / tasks * 1e6:.1f} us/task)")
+                if "dask" in med and base_key != "dask":
+                    print(f"               vs dask.compute default: "
+                          f"{med['cached'] / med['dask']:.3f}x")
+                details[label] = {"tasks": tasks, "unfused_nodes": nodes, "seconds": med,
+                                  "us_per_task": us}
+                ratios.append(Ratio(f"cold_vs_{base_key}[{label}]", med["cached"] / base, 1.2))
+    finish("cold_overhead", ratios, args, **details)
+
+
+if __name__ == "__main__":
+    main()
