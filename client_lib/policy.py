@@ -42,6 +42,12 @@ class Policy:
             return is_output
         return True
 
+    def may_store(self, cost_seconds: float, is_output: bool) -> bool:
+        """False when no result of a task that cost this much could be stored: the worker
+        then skips measuring its size (``dask.sizeof`` and the candidate cost a few µs per
+        task, as much as a trivial task itself)."""
+        return True
+
     def should_store(self, c: Candidate) -> bool:
         if self.mode == "callable":
             assert self.func is not None
@@ -64,6 +70,10 @@ class AutoPolicy(Policy):
 
     def load_seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.throughput
+
+    def may_store(self, cost_seconds: float, is_output: bool) -> bool:
+        # Loading costs at least the latency, whatever the size.
+        return is_output or cost_seconds > self.latency
 
     def should_store(self, c: Candidate) -> bool:
         if c.is_output:

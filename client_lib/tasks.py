@@ -93,9 +93,11 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
     try:
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
+        run = spec.run
+        if not run.policy.may_store(seconds + upstream, spec.is_output):
+            return
         candidate = Candidate(spec.task_hash, spec.label, seconds, upstream,
                               sizeof(value), spec.is_output)
-        run = spec.run
         if run.policy.should_store(candidate):
             if run.cache.put(spec.task_hash, value, seconds + upstream, spec.label):
                 count(run.run_id, "stored")

@@ -1,0 +1,42 @@
+"""The store policies as pure functions (no server): what ``auto`` stores, and that its
+shortcut before measuring a result's size never changes a decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from client_lib.policy import AutoPolicy, Candidate, Policy, resolve_policy
+
+
+def _candidate(seconds: float, nbytes: int, *, upstream: float = 0.0,
+               is_output: bool = False) -> Candidate:
+    return Candidate("0" * 32, "f", seconds, upstream, nbytes, is_output)
+
+
+def test_auto_stores_what_costs_more_to_recompute_than_to_load() -> None:
+    policy = AutoPolicy(latency=0.005, throughput=1e9)
+    assert policy.should_store(_candidate(0.5, 10**6))  # 0.5 s vs ~6 ms
+    assert not policy.should_store(_candidate(0.001, 10))  # 1 ms vs 5 ms
+    assert not policy.should_store(_candidate(0.01, 10**8))  # 10 ms vs ~105 ms
+    assert policy.should_store(_candidate(0.002, 10, upstream=0.01))  # its chain counts
+    assert policy.should_store(_candidate(0.0, 10**9, is_output=True))  # outputs always
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.001, 0.004, 0.005, 0.006, 0.02, 1.0])
+@pytest.mark.parametrize("upstream", [0.0, 0.003])
+@pytest.mark.parametrize("is_output", [False, True])
+def test_auto_shortcut_agrees_with_the_full_decision(seconds: float, upstream: float,
+                                                     is_output: bool) -> None:
+    policy = AutoPolicy(latency=0.005, throughput=500e6)
+    decisions = {policy.should_store(_candidate(seconds, nbytes, upstream=upstream,
+                                                is_output=is_output))
+                 for nbytes in (0, 1, 10**3, 10**6, 10**9)}
+    if not policy.may_store(seconds + upstream, is_output):
+        assert decisions == {False}
+    else:
+        assert True in decisions or not is_output
+
+
+def test_other_policies_always_measure() -> None:
+    for policy in (Policy("all"), Policy("outputs"), resolve_policy(lambda c: True)):
+        assert policy.may_store(0.0, False)
