@@ -1,6 +1,9 @@
 """The trivial graphs of measures 2 and 3, built the same way in every process.
 
-``fanin``: ``n`` delayed ``inc`` leaves summed by one task (a wide delayed fan-in).
+``fanin``: ``n - 1`` delayed ``inc`` leaves summed by one task (a wide delayed fan-in), keyed
+like non-pure ``dask.delayed`` calls (a random token per key). It is built as a graph
+directly: ``dask.delayed(total)(leaves)`` finalises its list argument through Dask's
+delayed optimisation, which is quadratic (10k leaves take seconds, 100k never finish).
 ``array``: ``(da.ones((s, s), chunks=10) + 1).sum()`` with ``s`` chosen so the materialised
 graph has about ``n`` tasks (a chunked dask.array with a tree reduction).
 """
@@ -8,9 +11,8 @@ graph has about ``n`` tasks (a chunked dask.array with a tree reduction).
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
-
-import dask
 
 __all__ = ["GRAPHS", "build"]
 
@@ -28,8 +30,14 @@ def total(values: list[int]) -> int:
 def build(kind: str, n: int) -> Any:
     """The collection of ``kind`` with about ``n`` tasks."""
     if kind == "fanin":
-        leaves = [dask.delayed(inc)(i) for i in range(n - 1)]
-        return dask.delayed(total)(leaves)
+        from dask._task_spec import List, Task, TaskRef
+        from dask.delayed import Delayed
+
+        leaves = [f"inc-{uuid.uuid4()}" for _ in range(n - 1)]
+        graph: dict = {key: Task(key, inc, i) for i, key in enumerate(leaves)}
+        out = f"total-{uuid.uuid4()}"
+        graph[out] = Task(out, total, List(*(TaskRef(key) for key in leaves)))
+        return Delayed(out, graph)
     if kind == "array":
         import dask.array as da
 

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -52,6 +53,8 @@ def parse_args(description: str, *, repeat: int = 5,
     if extra is not None:
         extra(parser)
     args = parser.parse_args()
+    # Stopped with SIGTERM, unwind (stop the cache server, remove temporary directories).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if args.smoke:
         args.repeat = 1
     if args.repeat < 1:
