@@ -201,7 +201,12 @@ class LocalStack:
         env = {k: v for k, v in os.environ.items() if not _OUR_ENV.match(k)}
         if service.get("image") in self._project_images:
             env.update(image_env())
-        env.update({k: str(v) for k, v in (service.get("environment") or {}).items()})
+        for key, value in (service.get("environment") or {}).items():
+            if value is not None:
+                env[key] = str(value)
+            elif key in os.environ:  # a bare `KEY:` passes the host's value through
+                env[key] = os.environ[key]
+            # (unset on the host: unset in the service, as docker-compose does)
         return {k: self._local(v, mounts) for k, v in env.items()}
 
     def start(self, name: str) -> list[subprocess.Popen[bytes]]:
