@@ -169,6 +169,13 @@ class ResultCache:
         self.metrics.misses.inc(len(unique) - len(found))
         return found
 
+    async def lookup_packed(self, packed: bytes) -> bytes:
+        """Presence flags for packed hashes (see :meth:`RedisIndex.lookup_packed`)."""
+        answer = await self.index.lookup_packed(packed)
+        self.metrics.lookups.inc(len(answer))
+        self.metrics.misses.inc(len(answer) - answer.count(1))
+        return answer
+
     async def manifest(self, task_hash: str) -> Manifest:
         manifest = await self.index.manifest(task_hash)
         if manifest is None:

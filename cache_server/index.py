@@ -34,6 +34,7 @@ from redis.exceptions import WatchError
 
 from cache_server.eviction import eviction_rank
 from cache_server.models import Event, Manifest, Stats
+from cache_server.redis_client import pack_fixed_width
 
 __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
@@ -106,6 +107,27 @@ class RedisIndex:
             self._add_event(pipe, "lookup", found=len(found), missing=missing)
             await pipe.execute()
         return found
+
+    async def lookup_packed(self, packed: bytes) -> bytes:
+        """One byte per hash, 1 if indexed, for 32-character hashes sent back to back
+        (already validated), with one SMISMEMBER built straight from the buffer.
+
+        Counts every hash in ``lookups`` and the absent ones in ``misses``: senders send
+        each hash once.
+        """
+        if not packed:
+            return b""
+        command = pack_fixed_width("SMISMEMBER", self._members, packed, 32)
+        answer = bytes(await self.redis.execute_command("SMISMEMBER", command))
+        asked = len(answer)
+        found = answer.count(1)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(self._stats, "lookups", asked)
+            if asked > found:
+                pipe.hincrby(self._stats, "misses", asked - found)
+            self._add_event(pipe, "lookup", found=found, missing=asked - found)
+            await pipe.execute()
+        return answer
 
     async def manifest(self, task_hash: str) -> Manifest | None:
         manifests = await self.manifests([task_hash])

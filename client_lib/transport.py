@@ -9,6 +9,7 @@ cannot be reached or answers 5xx, and :class:`CacheAccessDenied` when it refuses
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import urllib.parse
@@ -131,14 +132,21 @@ class CacheClient:
     # -- index --------------------------------------------------------------------------
 
     def lookup(self, hashes: Iterable[str]) -> set[str]:
-        """Which of ``hashes`` the server holds: one request (per 200k hashes)."""
-        hashes = list(hashes)
+        """Which of ``hashes`` (32-hex task hashes) the server holds: one request per
+        200k distinct hashes, through the packed route (no JSON either way)."""
+        hashes = list(hashes if isinstance(hashes, set | frozenset) else dict.fromkeys(hashes))
         found: set[str] = set()
         for start in range(0, len(hashes), _LOOKUP_BATCH):
             batch = hashes[start:start + _LOOKUP_BATCH]
-            response = self._request("POST", "/v1/lookup", json={"hashes": batch})
+            response = self._request(
+                "POST", "/v1/lookup/packed", content="".join(batch).encode("ascii"),
+                headers={"Content-Type": "application/octet-stream"})
             _expect(response, 200)
-            found.update(response.json()["found"])
+            flags = response.content
+            if len(flags) != len(batch):
+                raise CacheProtocolError(f"lookup answered {len(flags)} flags for "
+                                         f"{len(batch)} hashes")
+            found.update(itertools.compress(batch, flags))
         return found
 
     def stats(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ READ, WRITE = "r-" + uuid.uuid4().hex, "w-" + uuid.uuid4().hex
 #: Every route and whether it changes the cache. A new route must be added here.
 ROUTES = {
     ("POST", "/v1/lookup"): "read",
+    ("POST", "/v1/lookup/packed"): "read",
     ("PUT", "/v1/objects/{task_hash}"): "write",
     ("GET", "/v1/objects/{task_hash}"): "read",
     ("HEAD", "/v1/objects/{task_hash}"): "read",
