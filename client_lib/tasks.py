@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,7 @@ __all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group"]
 logger = logging.getLogger("client_lib")
 
 _CHAIN_LIMIT = 100_000
-_chain_seconds: OrderedDict[str, float] = OrderedDict()  # task hash -> cost to recompute
+_chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
 _lock = threading.Lock()
 _warned: set[str] = set()
@@ -63,18 +63,17 @@ def _warn_once(message: str) -> None:
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
     """The most expensive uncached chain among the dependencies, if computed here."""
-    best = 0.0
-    for h in dep_hashes:
-        best = max(best, _chain_seconds.get(h, 0.0))
-    return best
+    get = _chain_seconds.get
+    return max((get(h, 0.0) for h in dep_hashes), default=0.0)
 
 
 def _record_chain(task_hash: str, seconds: float) -> None:
-    with _lock:
-        _chain_seconds[task_hash] = seconds
-        _chain_seconds.move_to_end(task_hash)
-        while len(_chain_seconds) > _CHAIN_LIMIT:
-            _chain_seconds.popitem(last=False)
+    # Runs around every task: a plain dict (item assignment is atomic under the GIL), and
+    # forgetting everything at the limit rather than keeping an LRU order on every call.
+    # Losing the chain only makes a later estimate lower, never a result wrong.
+    if len(_chain_seconds) >= _CHAIN_LIMIT:
+        _chain_seconds.clear()
+    _chain_seconds[task_hash] = seconds
 
 
 def count(run_id: str, what: str, n: int = 1) -> None:
