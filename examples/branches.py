@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         from distributed import Client, LocalCluster
 
         if args.scheduler == "local-cluster":
-            cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
             client = Client(cluster)
         else:
             client = Client(args.scheduler)

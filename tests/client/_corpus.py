@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         from distributed import Client, LocalCluster
 
         client = Client(LocalCluster(n_workers=2, threads_per_worker=1,
-                                     dashboard_address=None))
+                                     dashboard_address=":0"))
         scheduler = client
     results = {}
     for name in args.only or CORPUS:

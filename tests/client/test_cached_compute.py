@@ -299,7 +299,7 @@ def test_corrupt_entries_are_recomputed_and_dropped(fresh_server):
 def cluster_client():
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster:
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
         with Client(cluster) as client:
             yield client
 
