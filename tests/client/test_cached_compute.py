@@ -228,7 +228,7 @@ def test_callable_policy_sees_measurements(cache_server):
                    policy=policy, scheduler="threads")
     assert len(seen) == 3
     assert sum(c.is_output for c in seen) == 1
-    assert all(c.compute_seconds >= 0 and len(c.task_hash) == 32 for c in seen)
+    assert all(0 <= c.compute_seconds and len(c.task_hash) == 32 for c in seen)
     assert last_report().stored == 2
 
 
