@@ -232,12 +232,9 @@ class RedisIndex:
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    await pipe.watch(key)
-                    text = await pipe.get(key)
-                    if text is None:
-                        await pipe.unwatch()
+                    manifest = await self._watched_manifest(pipe, key)
+                    if manifest is None:
                         return None
-                    manifest = Manifest.model_validate_json(text)
                     refs = self._refs_key(manifest.digest)
                     await pipe.watch(refs)
                     others = set(await pipe.smembers(refs)) - {task_hash}
@@ -262,6 +259,17 @@ class RedisIndex:
                 except WatchError:
                     continue
 
+    @staticmethod
+    async def _watched_manifest(pipe: Any, key: str) -> Manifest | None:
+        """WATCH a manifest key and read it (a transaction that depends on it follows);
+        ``None``, unwatched, if the entry does not exist."""
+        await pipe.watch(key)
+        text = await pipe.get(key)
+        if text is None:
+            await pipe.unwatch()
+            return None
+        return Manifest.model_validate_json(text)
+
     async def record_hit(self, manifest: Manifest, now: float | None = None) -> None:
         """Count a served hit: hits, saved seconds, access time, event (one transaction)."""
         now = time.time() if now is None else now
@@ -280,12 +288,9 @@ class RedisIndex:
         async with self.redis.pipeline(transaction=True) as pipe:
             while True:
                 try:
-                    await pipe.watch(key)
-                    text = await pipe.get(key)
-                    if text is None:
-                        await pipe.unwatch()
+                    manifest = await self._watched_manifest(pipe, key)
+                    if manifest is None:
                         return None
-                    manifest = Manifest.model_validate_json(text)
                     last_access = await pipe.zscore(self._access, task_hash)
                     last_access = float(last_access or manifest.created)
                     pipe.multi()

@@ -415,14 +415,8 @@ class Fingerprinter:
         enc = self.enc
         glb = func.__globals__
         for name in sorted(names):
-            if name not in glb:
-                continue
-            value = glb[name]
-            enc.encode(name)
-            if isinstance(value, _MODULE_TYPE):
-                self._module(value, names, walked)
-            else:
-                enc.encode(value)
+            if name in glb:
+                self._named_value(name, glb[name], names, walked)
         for name, level in _code_imports(func.__code__):
             enc.out.append(b"import")
             self._module(self._imported(func, name, level), names, walked)
@@ -469,12 +463,16 @@ class Fingerprinter:
         attrs = vars(module)
         for attr in sorted(names):
             if attr in attrs and not attr.startswith("__"):
-                value = attrs[attr]
-                enc.encode(attr)
-                if isinstance(value, _MODULE_TYPE):
-                    self._module(value, names, walked)
-                else:
-                    enc.encode(value)
+                self._named_value(attr, attrs[attr], names, walked)
+
+    def _named_value(self, name: str, value: Any, names: set[str], walked: set[str]) -> None:
+        """A global or module attribute the code names: modules are walked for the names
+        the code uses, everything else is encoded by value."""
+        self.enc.encode(name)
+        if isinstance(value, _MODULE_TYPE):
+            self._module(value, names, walked)
+        else:
+            self.enc.encode(value)
 
     def _module_value(self, module: types.ModuleType) -> None:
         """A module held as a value (an argument, a class attribute): a library by
