@@ -111,6 +111,7 @@ def cached_compute(
     fused = m
     m, order, hashes = _hash(fused, namespace)
     cacheable = cacheable_keys(m, hashes)
+    cacheable_hashes = set(cacheable.values())
     report.tasks = len(order)
     report.cacheable = len(cacheable)
     report.volatile = len(hashes.volatile)
@@ -118,7 +119,7 @@ def cached_compute(
     lap("hash")
 
     try:
-        hits = client.lookup(set(cacheable.values()))
+        hits = client.lookup(cacheable_hashes)
     except ResultCacheError as exc:
         problem = "refused access" if isinstance(exc, CacheAccessDenied) else "unreachable"
         report.fallback = f"cache server {problem} ({exc})"
@@ -134,7 +135,7 @@ def cached_compute(
         if attempt == 2:
             report.fallback = "entries kept failing to load; computed without loads"
         rewritten = rewrite(m, order, hashes, cacheable, usable, client, store_policy, run_id)
-        report.hits = len(set(cacheable.values()) & usable)
+        report.hits = len(cacheable_hashes & usable)
         report.loaded = rewritten.loaded
         report.culled = rewritten.culled
         report.computed = rewritten.computed
