@@ -75,6 +75,7 @@ def test_corpus_is_large_enough():
     assert len(CORPUS) >= 50
 
 
+@pytest.mark.slow
 def test_corpus_cold_equals_dask_compute(cold_corpus, expected):
     _, _, results = cold_corpus
     for name, (value, report) in results.items():
@@ -83,6 +84,7 @@ def test_corpus_cold_equals_dask_compute(cold_corpus, expected):
         assert report["volatile"] == 0, name
 
 
+@pytest.mark.slow
 def test_corpus_warm_in_fresh_process_loads_every_output(cold_corpus, expected, cache_server,
                                                          h5_path, tmp_path):
     scheduler, namespace, _ = cold_corpus
@@ -97,6 +99,7 @@ def test_corpus_warm_in_fresh_process_loads_every_output(cold_corpus, expected, 
 # -- the branch scenario ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["threads", "local-cluster"])
 def test_branch_example_reuses_the_shared_prefix(fresh_server, scheduler):
     server = fresh_server()
@@ -137,6 +140,7 @@ def test_returns_exactly_what_dask_compute_returns(cache_server):
                           scheduler="threads") == (nested,)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["sync", "threads", "processes"])
 def test_local_schedulers(cache_server, scheduler):
     ns = uuid.uuid4().hex
@@ -304,6 +308,7 @@ def cluster_client():
             yield client
 
 
+@pytest.mark.slow
 def test_distributed_client_loads_and_stores_on_workers(cache_server, cluster_client):
     ns = uuid.uuid4().hex
     x = da.from_array(np.arange(400.0).reshape(20, 20), chunks=5)
@@ -317,6 +322,7 @@ def test_distributed_client_loads_and_stores_on_workers(cache_server, cluster_cl
     assert last_report().loaded == 1 and last_report().computed == 0
 
 
+@pytest.mark.slow
 def test_distributed_keeps_annotations(cache_server, cluster_client):
     from distributed import get_worker
 
@@ -328,6 +334,7 @@ def test_distributed_keeps_annotations(cache_server, cluster_client):
     assert address == target
 
 
+@pytest.mark.slow
 def test_distributed_keys_already_held_by_the_client(cache_server, cluster_client):
     ns = uuid.uuid4().hex
     x = da.ones((100,), chunks=10).cumsum(axis=0)

@@ -44,6 +44,7 @@ def _probe(h5_file: str, seed: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow
 def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
     first, second = _probe(h5_file, "1"), _probe(h5_file, "12345")
     assert first == second
@@ -53,6 +54,7 @@ def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
         assert all(len(h) == 32 for h in hashes), name
 
 
+@pytest.mark.slow
 def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
     from distributed import Client, LocalCluster
 

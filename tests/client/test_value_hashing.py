@@ -11,6 +11,7 @@ import sys
 
 import dask
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -118,6 +119,7 @@ json.dump([value_hash(v) for v in values], sys.stdout)
 """
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None)
 @given(st.lists(values, min_size=20, max_size=40))
 def test_values_hash_the_same_in_a_fresh_process(tmp_path_factory, batch):

@@ -62,6 +62,7 @@ def _installed(tmp_path: Path, tag: str, version: str, source: str) -> importlib
     return importlib.metadata.PathDistribution(info)
 
 
+@pytest.mark.slow
 def test_a_local_build_is_identified_by_its_files_a_release_by_its_version(tmp_path):
     code = "def scale(x):\n    return x * 2\n"
     first = _installed(tmp_path, "a", "0.1.0", code)

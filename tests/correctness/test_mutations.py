@@ -26,6 +26,8 @@ from tests._compare import assert_same
 from tests.correctness._library import build_wheel, install, uninstall
 from tests.correctness._mutations import CASES, EVERYTHING, LIBRARIES, MAIN, Case, key_name
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -14,8 +14,11 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from tests._compare import assert_same
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRIES = ["delayed_pure_tree", "delayed_chain", "array_mean_axis",

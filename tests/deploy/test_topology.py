@@ -24,7 +24,7 @@ import pytest
 from tests._servers import free_port
 from tests.deploy._compose import ROOT, LocalStack, PortForwarder, compose_config
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def wait_for_workers(dashboard: str, n: int, stack: LocalStack) -> None:

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.deploy._compose import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 def test_dask_cache_demo_runs_the_branches_and_leaves_nothing_running(tmp_path):

@@ -203,6 +203,7 @@ def test_cli_commands_take_a_token(token_server: RunningServer) -> None:
     assert run_cli("show", task_hash, env=env).returncode == 1
 
 
+@pytest.mark.slow
 def test_tokens_file_and_bad_configurations(tmp_path: Path, redis_url: str) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# team tokens\nread:{READ}\n\nwrite:{WRITE}\n")

@@ -9,9 +9,12 @@ from pathlib import Path
 import dask.array as da
 import httpx
 import numpy as np
+import pytest
 
 from tests.conftest import FreshServer
 from tests.stress import bitflip, disk_full, kill_restart, redis_loss, same_hash
+
+pytestmark = pytest.mark.slow
 
 
 def test_kill_during_concurrent_stores_loses_nothing_and_gc_cleans(tmp_path: Path) -> None:

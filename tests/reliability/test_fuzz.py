@@ -24,6 +24,8 @@ from schemathesis.specs.openapi.checks import (
 
 from cache_server.launch import RunningServer, start_server
 
+pytestmark = pytest.mark.slow
+
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
 #: Where a campaign wants the number of requests made (``tests.stress.fuzz``).
 COUNT_FILE = os.environ.get("RC_FUZZ_COUNT_FILE")

@@ -8,12 +8,15 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from cache_server.launch import start_server
 from storage import LocalStorage, TaskReference
 from tests.server.wire import encode_array, encode_pickle, new_hash, put
 from tests.stress._common import run_cli
 from tests.stress.kill_restart import leftovers
+
+pytestmark = pytest.mark.slow
 
 
 def test_gc_repairs_what_crashes_leave(tmp_path: Path) -> None:

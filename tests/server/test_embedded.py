@@ -11,10 +11,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from cache_server.launch import RunningServer, start_server
 from tests.conftest import FreshServer
 from tests.server.wire import encode_array, encode_pickle, new_hash, put
+
+pytestmark = pytest.mark.slow
 
 
 def redis_pids(data_dir: Path) -> list[int]:
