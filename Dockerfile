@@ -7,6 +7,21 @@
 #
 # Without RESULT_CACHE_REDIS_URL the server starts its own embedded Redis under /data.
 # No secrets in here: everything is configured by environment variables at run time.
+
+# Stage 1 builds the wheel; the image installs that wheel, as a release would be installed,
+# and keeps no source tree.
+FROM python:3.11-slim AS wheel
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY cache_server ./cache_server
+COPY client_lib ./client_lib
+COPY storage ./storage
+RUN python -m pip wheel --no-deps --wheel-dir /dist .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -14,23 +29,18 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Metadata first, so a code change does not reinstall the dependencies.
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY cache_server ./cache_server
-COPY client_lib ./client_lib
-COPY storage ./storage
-COPY examples ./examples
-
-# Editable, so `dask-cache demo` finds examples/ beside the packages. No test extras;
-# dask[diagnostics] adds bokeh for the scheduler's dashboard.
-RUN python -m pip install -e . "dask[diagnostics]"
+# No test extras; dask[diagnostics] adds bokeh for the scheduler's dashboard. The branch
+# example of `dask-cache demo` ships in the wheel (cache_server.examples).
+COPY --from=wheel /dist /tmp/dist
+RUN python -m pip install /tmp/dist/*.whl "dask[diagnostics]" \
+    && rm -rf /tmp/dist
 
 # The code stays owned by root (read-only for the server); only /data is writable.
 RUN useradd --create-home --uid 1000 --shell /usr/sbin/nologin dask \
     && mkdir /data \
     && chown dask:dask /data
 USER dask
+WORKDIR /home/dask
 
 ENV RESULT_CACHE_DATA_DIR=/data \
     RESULT_CACHE_PORT=8780

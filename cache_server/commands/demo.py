@@ -1,8 +1,10 @@
 """``dask-cache demo``: the branch scenario end to end, on a throwaway embedded server.
 
-Starts a cache server with its own embedded Redis on a temporary data directory, runs
-``examples/branches.py`` as two separate processes (branch ``a``, then branch ``b``),
-prints both timings and the server's statistics, and stops the server.
+Starts a cache server with its own embedded Redis on a temporary data directory, runs the
+branch example (:mod:`cache_server.examples.branches`, ``examples/branches.py`` in a source
+checkout) as two separate processes (branch ``a``, then branch ``b``), prints both timings
+and the server's statistics, and stops the server. The example ships in the package, so
+the demo runs from a wheel as well as from a checkout.
 """
 
 from __future__ import annotations
@@ -12,28 +14,20 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
 import click
 import httpx
 
 from cache_server.launch import start_server
 
-__all__ = ["demo", "find_example"]
+__all__ = ["EXAMPLE", "demo"]
+
+#: The example the demo runs, as a module of this package.
+EXAMPLE = "cache_server.examples.branches"
 
 
-def find_example() -> Path:
-    """``examples/branches.py`` of the source tree this package runs from."""
-    path = Path(__file__).resolve().parents[2] / "examples" / "branches.py"
-    if not path.is_file():
-        raise click.ClickException(
-            f"{path} not found: the demo runs the example of a source checkout "
-            "(pip install -e .)")
-    return path
-
-
-def _run_branch(example: Path, branch: str, scheduler: str, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, str(example), branch, "--scheduler", scheduler],
+def _run_branch(branch: str, scheduler: str, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-m", EXAMPLE, branch, "--scheduler", scheduler],
                          env=env, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise click.ClickException(f"branch {branch} failed:\n{out.stderr[-2000:]}")
@@ -47,7 +41,6 @@ def _run_branch(example: Path, branch: str, scheduler: str, env: dict[str, str])
               help="threads | processes | sync | local-cluster")
 def demo(sleep: float, scheduler: str) -> None:
     """Run the branch example twice against a temporary embedded cache server."""
-    example = find_example()
     with tempfile.TemporaryDirectory(prefix="dask-cache-demo-") as data_dir:
         click.echo(f"starting a cache server (embedded Redis) on {data_dir} ...")
         with start_server(data_dir) as server:
@@ -56,10 +49,10 @@ def demo(sleep: float, scheduler: str) -> None:
             click.echo(f"cache server at {server.url}")
             click.echo("step_1 -> step_2 -> {step_3a, step_3b}, "
                        f"each step sleeping {sleep:g} s, scheduler {scheduler}")
-            a = _run_branch(example, "a", scheduler, env)
+            a = _run_branch("a", scheduler, env)
             click.echo(f"process A, branch 3a: {a['seconds']:.2f} s "
                        f"(computed {a['computed']} tasks)")
-            b = _run_branch(example, "b", scheduler, env)
+            b = _run_branch("b", scheduler, env)
             click.echo(f"process B, branch 3b: {b['seconds']:.2f} s "
                        f"(found {b['hits']}, loaded {b['loaded']}, computed {b['computed']})")
             stats = httpx.get(f"{server.url}/v1/stats", timeout=10).json()

@@ -1,7 +1,7 @@
 """docker-compose.yml, the Dockerfile and .dockerignore, checked without a Docker engine:
 ``docker-compose config`` validates and interpolates the compose file (CI installs Debian's
-docker-compose, see .ci/run), and the structure the README and DESIGN.md promise is asserted
-on its output."""
+docker-compose, see .ci/run), and the structure the README and docs/architecture.md promise
+is asserted on its output."""
 
 from __future__ import annotations
 
@@ -147,9 +147,15 @@ def test_tokens_pass_through_from_the_host_and_are_never_written_down():
 def test_dockerfile():
     instructions = dockerfile_instructions()
     words = [word for word, _ in instructions]
-    assert instructions[0] == ("FROM", "python:3.11-slim")
+    stages = [args for word, args in instructions if word == "FROM"]
+    assert stages[-1] == "python:3.11-slim"  # the image itself
+    assert all(stage.startswith("python:3.11-slim") for stage in stages)
     installs = [args for word, args in instructions if word == "RUN" and "pip install" in args]
     assert installs and not any("test" in args for args in installs)  # no test extras
+    # the image installs the wheel built in the first stage, never the source tree
+    assert any(".whl" in args for args in installs)
+    assert not any(re.search(r"(^|\s)(-e|--editable)\s", args) for args in installs)
+    assert any(word == "RUN" and "pip wheel" in args for word, args in instructions)
     (user,) = [args for word, args in instructions if word == "USER"]
     assert user not in {"root", "0"}
     assert words.index("USER") < words.index("CMD")
@@ -165,9 +171,11 @@ def test_dockerfile():
 def test_dockerignore_keeps_what_the_image_copies():
     patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
                 if line.strip() and not line.startswith("#")]
-    copied = [args.split()[:-1] for word, args in dockerfile_instructions() if word == "COPY"]
+    # COPY --from=<stage> copies between stages, not from the build context
+    copied = [args.split()[:-1] for word, args in dockerfile_instructions()
+              if word == "COPY" and not args.startswith("--from=")]
     sources = [source for group in copied for source in group]
-    assert {"cache_server", "client_lib", "storage", "examples", "pyproject.toml"} <= set(
+    assert {"cache_server", "client_lib", "storage", "pyproject.toml", "README.md"} <= set(
         sources)
 
     def ignored(path: str) -> bool:

@@ -1,0 +1,109 @@
+"""The branch scenario dask-result-cache exists for.
+
+    step_1 -> step_2 -> {step_3a, step_3b}        (each step sleeps 1 s)
+
+Run branch ``a`` in one process (about 3 s), then branch ``b`` in a *fresh* process: it
+loads step_2's result from the cache, skips step_1 entirely and runs only step_3b
+(about 1 s). The functions are plain, non-pure ``@dask.delayed``, so Dask's own keys are
+random in every process; the cache matches them by content.
+
+It starts nothing itself: the cache URL comes from Dask's config
+(``DASK_RESULT_CACHE__URL=http://127.0.0.1:8780``) or ``--cache``. In a source checkout
+``examples/branches.py`` is this file; from an installed package it is
+``python -m cache_server.examples.branches`` (what ``dask-cache demo`` runs).
+
+    python examples/branches.py a
+    python examples/branches.py b --scheduler local-cluster
+    python examples/branches.py b --scheduler tcp://127.0.0.1:8786
+
+The last line printed is JSON (branch, seconds, result, hits, loaded, computed) for
+scripts and tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import dask
+import numpy as np
+
+from client_lib import cached_compute, last_report
+
+SLEEP = float(os.environ.get("BRANCHES_SLEEP", "1.0"))
+
+
+@dask.delayed
+def step_1():
+    time.sleep(SLEEP)
+    return np.arange(100_000, dtype="float64")
+
+
+@dask.delayed
+def step_2(x):
+    time.sleep(SLEEP)
+    return np.sqrt(x) * 2.0
+
+
+@dask.delayed
+def step_3a(x):
+    time.sleep(SLEEP)
+    return float(x.sum())
+
+
+@dask.delayed
+def step_3b(x):
+    time.sleep(SLEEP)
+    return float(x.mean())
+
+
+def build(branch: str):
+    shared = step_2(step_1())
+    return step_3a(shared) if branch == "a" else step_3b(shared)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("branch", choices=["a", "b"])
+    parser.add_argument("--scheduler", default="threads",
+                        help="threads | processes | sync | local-cluster | tcp://host:port")
+    parser.add_argument("--cache", default=None, help="cache URL (default: dask config)")
+    parser.add_argument("--explain", action="store_true")
+    args = parser.parse_args(argv)
+
+    client = None
+    scheduler: object = args.scheduler
+    if args.scheduler == "local-cluster" or args.scheduler.startswith("tcp://"):
+        from distributed import Client, LocalCluster
+
+        if args.scheduler == "local-cluster":
+            cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0")
+            client = Client(cluster)
+        else:
+            client = Client(args.scheduler)
+        scheduler = client
+
+    graph = build(args.branch)
+    start = time.perf_counter()
+    (result,) = cached_compute(graph, cache=args.cache, scheduler=scheduler,
+                               explain=args.explain)
+    seconds = time.perf_counter() - start
+    report = last_report()
+    if client is not None:
+        client.close()
+    print(f"branch {args.branch}: {seconds:.2f} s, result {result:.6g}", file=sys.stderr)
+    print(json.dumps({
+        "branch": args.branch, "scheduler": args.scheduler, "seconds": round(seconds, 4),
+        "result": result, "hits": report.hits if report else None,
+        "loaded": report.loaded if report else None,
+        "computed": report.computed if report else None,
+        "fallback": report.fallback if report else None,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
