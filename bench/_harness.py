@@ -172,7 +172,7 @@ def own_redis() -> Iterator[Any]:
     benchmarks that compare with raw Redis; yields a ``redis.Redis`` with ``.url``."""
     import redis
 
-    from cache_server.embedded_redis import EmbeddedRedis
+    from cache_server.index.embedded import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="rc-bench-redis-") as tmp:
         embedded = EmbeddedRedis(Path(tmp) / "redis")

@@ -14,11 +14,11 @@ _SOURCES = {
     "RunningServer": "cache_server.launch",
     "start_server": "cache_server.launch",
     "Settings": "cache_server.settings",
-    "create_app": "cache_server.app",
+    "create_app": "cache_server.api.app",
 }
 
 if TYPE_CHECKING:
-    from cache_server.app import create_app
+    from cache_server.api.app import create_app
     from cache_server.launch import RunningServer, start_server
     from cache_server.settings import Settings
 

@@ -1,14 +1,14 @@
-"""Prometheus metrics of one app (its own registry, so several apps can share a process)."""
+"""Prometheus metrics of one app (its own registry, so several apps can share a process).
+
+The service counts lookups, hits, stores and bytes; the API's ``MetricsMiddleware``
+(:mod:`cache_server.api.middleware`) counts HTTP requests into the same registry.
+"""
 
 from __future__ import annotations
 
-import time
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["Metrics", "MetricsMiddleware"]
+__all__ = ["Metrics"]
 
 
 class Metrics:
@@ -48,35 +48,3 @@ class Metrics:
         self.bytes_sent = Counter(
             "result_cache_sent_bytes", "object body bytes served", registry=self.registry
         )
-
-
-class MetricsMiddleware:
-    """Counts and times every HTTP request by route template (pure ASGI: streaming-safe)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_with_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_with_status)
-        finally:
-            route: Any = scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            method = scope["method"]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.request_seconds.labels(method, template).observe(
-                time.perf_counter() - started
-            )

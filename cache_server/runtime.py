@@ -12,12 +12,12 @@ from contextlib import asynccontextmanager
 
 from anyio import to_thread
 
-from cache_server.cache import ResultCache
 from cache_server.data_lock import DataDirLock
-from cache_server.embedded_redis import EmbeddedRedis
-from cache_server.index import RedisIndex
+from cache_server.index.client import connect
+from cache_server.index.embedded import EmbeddedRedis
+from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
-from cache_server.redis_client import connect
+from cache_server.service.cache import ResultCache
 from cache_server.settings import Settings
 from storage import LocalStorage
 

@@ -33,6 +33,8 @@ import numpy as np
 
 from client_lib import cached_compute, last_report
 
+__all__ = ["build", "main"]
+
 SLEEP = float(os.environ.get("BRANCHES_SLEEP", "1.0"))
 
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from fastapi.routing import APIRoute
 
-from cache_server.app import create_app
+from cache_server.api.app import create_app
 from cache_server.launch import RunningServer, start_server
 from cache_server.settings import Settings
 from client_lib import CacheAccessDenied, CacheClient, cached_compute, last_report

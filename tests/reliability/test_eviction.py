@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cache_server.eviction import eviction_rank, eviction_score
+from cache_server.index.eviction import eviction_rank, eviction_score
 from tests.conftest import FreshServer
 from tests.server.wire import encode_array, encode_pickle, new_hash, pieces, put
 

@@ -28,7 +28,7 @@ def redis_pids(data_dir: Path) -> list[int]:
     out = subprocess.run(ps, capture_output=True, text=True).stdout
     rows = [line.split(None, 2) for line in out.splitlines()]
     lock = str(data_dir.resolve() / "redis" / "lock")
-    guards = {row[0] for row in rows if "cache_server._redis_guard" in row[2] and lock in row[2]}
+    guards = {row[0] for row in rows if "cache_server.index.guard" in row[2] and lock in row[2]}
     return sorted(int(row[0]) for row in rows if row[0] in guards or row[1] in guards)
 
 

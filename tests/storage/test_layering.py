@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import storage
+from tests._imports import imported_modules
 
 STORAGE_DIR = Path(storage.__file__).parent
 FORBIDDEN = ("client_lib", "cache_server")
-
-
-def imported_modules(path: Path) -> set[str]:
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
 
 
 def test_storage_sources_do_not_import_upper_layers() -> None:

@@ -1,0 +1,110 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+The lifespan takes the data directory's lock (one server per directory), connects to Redis
+(starting the embedded one when no ``redis_url`` is set), opens the storage under
+``data_dir``, and undoes all of it on shutdown (SIGTERM and SIGINT go through uvicorn's
+graceful shutdown, hence through here).
+
+Authentication (:mod:`cache_server.api.auth`): every route but ``/healthz`` needs a read token,
+and routes that change the cache a write token, once any token is configured. The API
+description (``/openapi.json``, ``/docs``) is served behind the same read check.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from cache_server.api.auth import ReadAccess, Scope, TokenTable, refusal
+from cache_server.api.errors import answer_error, answer_validation_error, install_error_handlers
+from cache_server.api.middleware import JsonBodyLimit, MetricsMiddleware
+from cache_server.api.responses import COMMON_ERRORS, errors
+from cache_server.api.routers import entries, health, lookup, objects, stats
+from cache_server.metrics import Metrics
+from cache_server.runtime import open_cache
+from cache_server.settings import Settings
+
+__all__ = ["create_app"]
+
+logger = logging.getLogger("cache_server")
+
+#: How long a starting server waits for a previous one on the same data dir to let go.
+LOCK_WAIT_SECONDS = 10.0
+
+
+def _warn_without_tokens(host: str) -> None:
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    reach = "any process on this machine" if loopback else f"anyone who can reach {host}"
+    logger.warning(
+        "\n%s\nNO AUTHENTICATION: no tokens are configured, so %s can read, overwrite and "
+        "delete cached results.\nSet RESULT_CACHE_TOKENS='read:<token>,write:<token>' (or "
+        "RESULT_CACHE_TOKENS_FILE) to require bearer tokens.\n%s",
+        "!" * 78, reach, "!" * 78,
+    )  # fmt: skip
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """A new app for ``settings`` (default: from the environment). Nothing starts until the
+    app's lifespan runs (uvicorn does that)."""
+    settings = settings or Settings()
+    metrics = Metrics()
+    # Parsed now, so a malformed token configuration fails before anything starts.
+    tokens = TokenTable.from_settings(settings.tokens, settings.tokens_file)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if not tokens.enabled:
+            _warn_without_tokens(settings.host)
+        async with open_cache(settings, metrics, lock_wait=LOCK_WAIT_SECONDS) as cache:
+            app.state.cache = cache
+            yield
+
+    app = FastAPI(
+        title="dask-result-cache",
+        summary="Content-addressed, persistent result cache for Dask (protocol v1)",
+        version="1",
+        lifespan=lifespan,
+        openapi_url=None,  # served below, behind the read check
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.tokens = tokens
+    guarded = errors(*COMMON_ERRORS)
+    for module in (lookup, objects, entries, stats):
+        app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
+    app.include_router(health.router, responses=errors(503))
+    install_error_handlers(app)
+
+    @app.exception_handler(RequestValidationError)
+    async def authenticate_first(request: Request, exc: RequestValidationError) -> Response:
+        # FastAPI parses a JSON body before running dependencies: a stranger's malformed
+        # lookup must still get 401, not a 422 that tells him about our validation.
+        denied = await refusal(request, Scope.read)
+        if denied is not None:
+            return await answer_error(request, denied)
+        return await answer_validation_error(request, exc)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[ReadAccess])
+    async def openapi_schema() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[ReadAccess])
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="dask-result-cache")
+
+    app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,155 @@
+"""Bearer tokens with a read and a write scope (docs/protocol.md, "Authentication").
+
+Tokens come from ``RESULT_CACHE_TOKENS`` (``read:tok1,write:tok2``) and from the file named
+by ``RESULT_CACHE_TOKENS_FILE`` (one ``scope:token`` per line, ``#`` comments, blank lines
+ignored); both may be used, their tokens are combined. ``write`` implies ``read``. With no
+token configured at all, authentication is off and the server says so loudly at start.
+
+Tokens are compared through their SHA-256 digests in a dict, so the time a check takes does
+not depend on how much of a guess matches a real token. A malformed configuration refuses
+to start the server (fail closed): a typo must never turn authentication off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from cache_server.api.errors import ApiError, Forbidden, Unauthorized
+
+__all__ = [
+    "ReadAccess",
+    "Scope",
+    "TokenError",
+    "TokenTable",
+    "WriteAccess",
+    "refusal",
+    "require",
+]
+
+
+class Scope(IntEnum):
+    """What a token may do; a higher scope includes the lower ones."""
+
+    read = 1
+    write = 2
+
+
+class TokenError(ValueError):
+    """The token configuration is malformed (the server does not start)."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def _check_token(token: str, where: str) -> None:
+    if not token:
+        raise TokenError(f"{where}: empty token")
+    if not all(0x21 <= ord(c) <= 0x7E for c in token) or "," in token:
+        raise TokenError(f"{where}: a token must be visible ASCII without commas or spaces")
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """The configured tokens, by SHA-256 digest. Immutable, so safe to share."""
+
+    scopes: dict[bytes, Scope]
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.scopes)
+
+    @classmethod
+    def parse(cls, pairs: Iterable[tuple[str, str]]) -> TokenTable:
+        """Build from ``(where, "scope:token")`` pairs; raises :class:`TokenError`."""
+        scopes: dict[bytes, Scope] = {}
+        for where, pair in pairs:
+            name, sep, token = pair.strip().partition(":")
+            if not sep or name.strip() not in Scope.__members__:
+                raise TokenError(f"{where}: expected 'read:TOKEN' or 'write:TOKEN'")
+            _check_token(token, where)
+            scope = Scope[name.strip()]
+            digest = _digest(token)
+            if scopes.get(digest, scope) != scope:
+                raise TokenError(f"{where}: the same token is given two scopes")
+            scopes[digest] = scope
+        return cls(scopes)
+
+    @classmethod
+    def from_settings(cls, tokens: str | None, tokens_file: Path | None) -> TokenTable:
+        """The tokens of ``RESULT_CACHE_TOKENS`` and ``RESULT_CACHE_TOKENS_FILE``."""
+        pairs: list[tuple[str, str]] = []
+        for n, pair in enumerate((tokens or "").split(","), 1):
+            if pair.strip():
+                pairs.append((f"RESULT_CACHE_TOKENS item {n}", pair))
+        if tokens_file is not None:
+            try:
+                lines = Path(tokens_file).read_text().splitlines()
+            except OSError as exc:
+                raise TokenError(f"cannot read RESULT_CACHE_TOKENS_FILE: {exc}") from exc
+            for n, line in enumerate(lines, 1):
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    pairs.append((f"{tokens_file} line {n}", line))
+            if not pairs:
+                raise TokenError(f"{tokens_file} holds no token")
+        return cls.parse(pairs)
+
+    def scope_of(self, token: str) -> Scope | None:
+        return self.scopes.get(_digest(token))
+
+
+_bearer = HTTPBearer(auto_error=False, description="a read or write token of this server")
+
+
+async def refusal(request: Request, scope: Scope) -> ApiError | None:
+    """Why ``request`` may not do what needs ``scope`` (401 or 403), or None if it may."""
+    table: TokenTable = request.app.state.tokens
+    if not table.enabled:
+        return None
+    credentials = await _bearer(request)
+    if credentials is None:
+        return Unauthorized(
+            "this cache server requires a bearer token (Authorization: Bearer <token>)"
+        )
+    granted = table.scope_of(credentials.credentials)
+    if granted is None:
+        return Unauthorized("the bearer token is not valid on this cache server")
+    if granted < scope:
+        return Forbidden(
+            f"the token has scope '{granted.name}'; "
+            f"{request.method} {request.url.path} needs '{scope.name}'"
+        )
+    return None
+
+
+def require(scope: Scope):  # noqa: ANN201 - a FastAPI dependency
+    """A dependency refusing requests without a token of at least ``scope``.
+
+    401 when the token is missing or unknown, 403 when its scope is too low; nothing is
+    checked when the server has no tokens.
+    """
+
+    async def check(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        # ``credentials`` is declared so that /docs shows the scheme; refusal reads it again.
+        denied = await refusal(request, scope)
+        if denied is not None:
+            raise denied
+
+    return check
+
+
+#: Route dependencies: ``dependencies=[ReadAccess]``.
+ReadAccess = Depends(require(Scope.read))
+WriteAccess = Depends(require(Scope.write))

@@ -1,0 +1,126 @@
+"""How the API answers errors: one table from error class to HTTP status (:data:`STATUS`).
+
+Every error response is ``{"detail": "<message>"}`` (docs/protocol.md). The service's
+errors, the storage's and Redis outages are translated here and nowhere else; the classes
+defined here are the HTTP layer's own refusals (tokens, malformed requests).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from starlette.requests import ClientDisconnect
+
+from cache_server.service.errors import (
+    BodyTooLarge,
+    EntryNotFound,
+    IndexUnavailable,
+    InvalidUpload,
+    NoRoom,
+)
+from storage import CorruptObject, InvalidBody, InvalidHeader
+
+__all__ = [
+    "STATUS",
+    "ApiError",
+    "Forbidden",
+    "InvalidRequest",
+    "Unauthorized",
+    "answer_error",
+    "answer_validation_error",
+    "install_error_handlers",
+    "status_of",
+]
+
+
+class ApiError(Exception):
+    """A refusal by the HTTP layer itself; ``str()`` is the message, :data:`STATUS` the
+    status."""
+
+    #: Extra response headers (``WWW-Authenticate`` on 401).
+    headers: dict[str, str] | None = None
+
+
+class InvalidRequest(ApiError):
+    """Malformed hash, header, query or body."""
+
+
+class Unauthorized(ApiError):
+    """No bearer token, or one the server does not know (RFC 6750: ``invalid_token``)."""
+
+    headers = {"WWW-Authenticate": 'Bearer realm="dask-result-cache"'}
+
+
+class Forbidden(ApiError):
+    """A valid token whose scope does not allow this request (read token, write request)."""
+
+
+#: Every error the API answers on purpose, by class; a subclass answers like its nearest
+#: listed base (DigestMismatch like CorruptObject, BodySizeMismatch like InvalidBody).
+STATUS: dict[type[Exception], int] = {
+    InvalidRequest: 422,
+    Unauthorized: 401,
+    Forbidden: 403,
+    InvalidUpload: 422,
+    EntryNotFound: 404,
+    BodyTooLarge: 413,
+    NoRoom: 507,
+    IndexUnavailable: 503,
+    InvalidHeader: 422,
+    InvalidBody: 400,
+    # Reads handle corrupt objects themselves (drop the entry, 404): one that reaches the
+    # API is an upload whose body does not hash to its announced digest.
+    CorruptObject: 400,
+    RedisConnectionError: 503,
+    RedisTimeoutError: 503,
+    ClientDisconnect: 400,
+}
+
+
+def status_of(exc: BaseException) -> int:
+    """The status :data:`STATUS` gives ``exc`` (500 for an error it does not list)."""
+    for cls in type(exc).__mro__:
+        if cls in STATUS:
+            return STATUS[cls]
+    return 500
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        return f"the index (Redis) is unreachable: {exc}"
+    if isinstance(exc, ClientDisconnect):
+        return "client disconnected"
+    return str(exc)
+
+
+async def answer_error(request: Request, exc: Exception) -> JSONResponse:
+    """The response to an error listed in :data:`STATUS`."""
+    response = JSONResponse({"detail": _message(exc)}, status_code=status_of(exc))
+    if isinstance(exc, ApiError):
+        response.headers.update(exc.headers or {})
+    return response
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        where = " ".join(
+            str(p) for p in error.get("loc", ()) if p != "body" or len(error["loc"]) == 1
+        )
+        parts.append(f"{where}: {error.get('msg', 'invalid')}" if where else error.get("msg", ""))
+    return "; ".join(parts) or "invalid request"
+
+
+async def answer_validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """422 naming every parameter FastAPI refused, and why."""
+    return JSONResponse({"detail": _validation_message(exc)}, status_code=422)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Answer every error class of :data:`STATUS`, and FastAPI's validation errors."""
+    for error_class in STATUS:
+        app.add_exception_handler(error_class, answer_error)
+    app.add_exception_handler(RequestValidationError, answer_validation_error)  # type: ignore[arg-type]

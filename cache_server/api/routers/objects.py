@@ -1,0 +1,122 @@
+"""``PUT``/``GET``/``HEAD /v1/objects/{hash}``: object bodies, streamed both ways."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+from urllib.parse import quote, unquote
+
+from fastapi import APIRouter, Header, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from cache_server.api.auth import WriteAccess
+from cache_server.api.dependencies import CacheDep, TaskHash
+from cache_server.api.errors import InvalidRequest
+from cache_server.api.responses import errors
+from cache_server.models import Manifest
+from cache_server.service.body import PIECE_BYTES
+from cache_server.service.upload import Upload
+from storage import ObjectHeader
+
+__all__ = ["router"]
+
+router = APIRouter(tags=["objects"])
+
+_OCTETS = "application/octet-stream"
+
+
+def _decode_label(raw: str) -> str:
+    try:
+        return unquote(raw, errors="strict")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest("X-Result-Label is not percent-encoded UTF-8") from exc
+
+
+def _parse_content_length(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        length = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"malformed Content-Length {raw!r}") from None
+    if length < 0:
+        raise InvalidRequest(f"malformed Content-Length {raw!r}")
+    return length
+
+
+@router.put(
+    "/v1/objects/{task_hash}",
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses={
+        200: {"model": Manifest, "description": "already indexed; body discarded"},
+        **errors(400, 403, 413, 507),
+    },
+)
+async def put_object(
+    request: Request,
+    task_hash: TaskHash,
+    cache: CacheDep,
+    kind: Annotated[str, Header(alias="X-Result-Kind")],
+    digest: Annotated[str, Header(alias="X-Result-Digest")],
+    compute_seconds: Annotated[float, Header(alias="X-Result-Compute-Seconds")],
+    label: Annotated[str, Header(alias="X-Result-Label")],
+    dtype: Annotated[str | None, Header(alias="X-Result-Dtype")] = None,
+    shape: Annotated[str | None, Header(alias="X-Result-Shape")] = None,
+    type_name: Annotated[str | None, Header(alias="X-Result-Type")] = None,
+) -> Response:
+    """Store a result. Durable before indexed; idempotent; nothing kept on any error."""
+    upload = Upload(
+        task_hash=task_hash,
+        header=ObjectHeader.from_wire(kind, dtype, shape),
+        digest=digest,
+        compute_seconds=compute_seconds,
+        label=_decode_label(label),
+        type_name=type_name or None,
+        content_length=_parse_content_length(request.headers.get("content-length")),
+    )
+    manifest, created = await cache.store(upload, request.stream())
+    return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
+
+
+async def _slices(body: memoryview) -> AsyncIterator[memoryview]:
+    """Zero-copy slices of an in-memory body, for a ``StreamingResponse``."""
+    for start in range(0, body.nbytes, PIECE_BYTES):
+        yield body[start : start + PIECE_BYTES]
+
+
+def _object_headers(manifest: Manifest) -> dict[str, str]:
+    headers = {
+        "X-Result-Kind": manifest.kind,
+        "X-Result-Digest": manifest.digest,
+        "X-Result-Compute-Seconds": repr(manifest.compute_seconds),
+        "X-Result-Label": quote(manifest.label, safe=""),
+        "Content-Length": str(manifest.nbytes),
+    }
+    if manifest.kind == "ndarray":
+        header = ObjectHeader.array(manifest.dtype or "", manifest.shape or [])
+        headers["X-Result-Dtype"] = header.dtype
+        headers["X-Result-Shape"] = header.shape_text
+    if manifest.type:
+        headers["X-Result-Type"] = manifest.type
+    return headers
+
+
+@router.get(
+    "/v1/objects/{task_hash}",
+    response_class=StreamingResponse,
+    responses={200: {"content": {_OCTETS: {}}}, **errors(404)},
+)
+async def get_object(task_hash: TaskHash, cache: CacheDep) -> StreamingResponse:
+    """The verified body; counts a hit and the entry's compute seconds as saved."""
+    manifest, stored = await cache.load(task_hash)
+    return StreamingResponse(
+        _slices(stored.body), media_type=_OCTETS, headers=_object_headers(manifest)
+    )
+
+
+@router.head("/v1/objects/{task_hash}", responses=errors(404))
+async def head_object(task_hash: TaskHash, cache: CacheDep) -> Response:
+    """The headers of ``GET`` without the body; checks the object exists, does not count a hit."""
+    manifest = await cache.head(task_hash)
+    return Response(media_type=_OCTETS, headers=_object_headers(manifest))

@@ -1,1 +1,0 @@
-"""One module per CLI command; registered in :data:`cache_server.cli.COMMANDS`."""

@@ -1,0 +1,400 @@
+"""The Redis index: task hash -> manifest, plus counters, access order and recent events.
+
+Keys (all under ``prefix``, default ``rc:``)::
+
+    m:<hash>        STRING  manifest JSON (immutable fields; MGET-able)
+    members         SET     every indexed hash: one SMISMEMBER answers a whole lookup
+    by_hash         ZSET    every hash, score 0: lexicographic, stable pagination
+    label:<label>   ZSET    hashes with that label, score 0
+    access          ZSET    hash -> last access time
+    evict           ZSET    unpinned hash -> eviction rank (lowest goes first; eviction.py)
+    pinned          SET     hashes that are never evicted
+    hits            HASH    hash -> hit count
+    refs:<digest>   SET     hashes whose result is the object <digest>
+    stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
+                            corrupt, evictions, stored_bytes
+    events          STREAM  recent events, capped at about ``events_maxlen``
+
+``bytes`` sums ``nbytes`` over entries; ``stored_bytes`` sums it over distinct objects (a
+digest counts from its first reference to the removal of its last): that is what the size
+cap limits. Multi-key writes run in MULTI/EXEC transactions (with WATCH where they depend on
+a read), so a crash never leaves a half-indexed entry or a wrong byte count. Safe for
+concurrent use by many tasks and many server processes sharing one Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import WatchError
+
+from cache_server.index.client import pack_fixed_width
+from cache_server.index.eviction import eviction_rank
+from cache_server.models import Event, Manifest, Stats
+
+__all__ = ["REMOVAL_REASONS", "RedisIndex"]
+
+_COUNTERS = (
+    "hits", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
+    "stored_bytes",
+)  # fmt: skip
+#: Why an entry is removed (its event kind) -> the counter it adds to.
+REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions"}
+
+
+class RedisIndex:
+    """All Redis access of the server. ``redis`` must be created with ``decode_responses=True``."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = "rc:",
+        events_maxlen: int = 10_000,
+        eviction_half_life: float = 86_400.0,
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.events_maxlen = events_maxlen
+        self.eviction_half_life = eviction_half_life
+        self._members = f"{prefix}members"
+        self._by_hash = f"{prefix}by_hash"
+        self._access = f"{prefix}access"
+        self._evict = f"{prefix}evict"
+        self._pinned = f"{prefix}pinned"
+        self._hits = f"{prefix}hits"
+        self._stats = f"{prefix}stats"
+        self._events = f"{prefix}events"
+
+    def _manifest_key(self, task_hash: str) -> str:
+        return f"{self.prefix}m:{task_hash}"
+
+    def _label_key(self, label: str) -> str:
+        return f"{self.prefix}label:{label}"
+
+    def _refs_key(self, digest: str) -> str:
+        return f"{self.prefix}refs:{digest}"
+
+    def _rank(self, manifest: Manifest, last_access: float) -> float:
+        return eviction_rank(
+            manifest.compute_seconds, manifest.nbytes, last_access, self.eviction_half_life
+        )
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
+
+    # -- lookups ----------------------------------------------------------------------------
+
+    async def lookup(self, hashes: Sequence[str]) -> list[str]:
+        """The indexed subset of ``hashes`` (distinct, in order), with one SMISMEMBER.
+
+        Counts every distinct hash in ``lookups`` and the absent ones in ``misses``.
+        """
+        unique = list(dict.fromkeys(hashes))
+        if not unique:
+            return []
+        flags = await self.redis.smismember(self._members, unique)
+        found = [h for h, present in zip(unique, flags, strict=True) if present]
+        missing = len(unique) - len(found)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(self._stats, "lookups", len(unique))
+            if missing:
+                pipe.hincrby(self._stats, "misses", missing)
+            self._add_event(pipe, "lookup", found=len(found), missing=missing)
+            await pipe.execute()
+        return found
+
+    async def lookup_packed(self, packed: bytes) -> bytes:
+        """One byte per hash, 1 if indexed, for 32-character hashes sent back to back
+        (already validated), with one SMISMEMBER built straight from the buffer.
+
+        Counts every hash in ``lookups`` and the absent ones in ``misses``: senders send
+        each hash once.
+        """
+        if not packed:
+            return b""
+        command = pack_fixed_width("SMISMEMBER", self._members, packed, 32)
+        answer = bytes(await self.redis.execute_command("SMISMEMBER", command))
+        asked = len(answer)
+        found = answer.count(1)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hincrby(self._stats, "lookups", asked)
+            if asked > found:
+                pipe.hincrby(self._stats, "misses", asked - found)
+            self._add_event(pipe, "lookup", found=found, missing=asked - found)
+            await pipe.execute()
+        return answer
+
+    async def manifest(self, task_hash: str) -> Manifest | None:
+        manifests = await self.manifests([task_hash])
+        return manifests[0]
+
+    async def manifests(self, hashes: Sequence[str]) -> list[Manifest | None]:
+        """Manifests with live ``hits`` and ``last_access``, in one round trip."""
+        if not hashes:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.mget([self._manifest_key(h) for h in hashes])
+            pipe.hmget(self._hits, list(hashes))
+            pipe.zmscore(self._access, list(hashes))
+            pipe.smismember(self._pinned, list(hashes))
+            raw, hits, access, pinned = await pipe.execute()
+        result: list[Manifest | None] = []
+        for text, hit_count, last_access, is_pinned in zip(raw, hits, access, pinned, strict=True):
+            if text is None:
+                result.append(None)
+                continue
+            manifest = Manifest.model_validate_json(text)
+            manifest.hits = int(hit_count or 0)
+            manifest.last_access = float(last_access or manifest.created)
+            manifest.pinned = bool(is_pinned)
+            result.append(manifest)
+        return result
+
+    async def page(
+        self, *, label: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[Manifest], str | None]:
+        """One page of entries ordered by hash; the cursor is the last hash of the page."""
+        key = self._by_hash if label is None else self._label_key(label)
+        start = f"({cursor}" if cursor else "-"
+        hashes = [str(h) for h in await self.redis.zrangebylex(key, start, "+", start=0, num=limit)]
+        manifests = [m for m in await self.manifests(hashes) if m is not None]
+        next_cursor = hashes[-1] if len(hashes) == limit else None
+        return manifests, next_cursor
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def add(self, manifest: Manifest, *, record: bool = True) -> tuple[Manifest, bool]:
+        """Index ``manifest`` unless its hash is indexed already.
+
+        Returns the indexed manifest and whether it was added now. Call only once the object
+        is durable in storage. ``manifest.pinned`` is kept; ``manifest.last_access`` is used
+        when set (reindex), else ``created``. ``record=False`` (reindex) neither counts a
+        store nor records an event.
+        """
+        key = self._manifest_key(manifest.hash)
+        refs = self._refs_key(manifest.digest)
+        stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
+        last_access = max(manifest.last_access, manifest.created)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    await pipe.watch(key, refs)
+                    if await pipe.exists(key):
+                        await pipe.unwatch()
+                        existing = await self.manifest(manifest.hash)
+                        if existing is not None:
+                            return existing, False
+                        continue  # deleted meanwhile: try again
+                    first_reference = not await pipe.exists(refs)
+                    pipe.multi()
+                    pipe.set(key, stored)
+                    pipe.sadd(self._members, manifest.hash)
+                    pipe.zadd(self._by_hash, {manifest.hash: 0})
+                    pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
+                    pipe.zadd(self._access, {manifest.hash: last_access})
+                    if manifest.pinned:
+                        pipe.sadd(self._pinned, manifest.hash)
+                    else:
+                        pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
+                    pipe.hdel(self._hits, manifest.hash)
+                    pipe.sadd(refs, manifest.hash)
+                    pipe.hincrby(self._stats, "bytes", manifest.nbytes)
+                    if first_reference:
+                        pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
+                    if record:
+                        pipe.hincrby(self._stats, "stores", 1)
+                        self._add_event(
+                            pipe, "store", task_hash=manifest.hash, label=manifest.label
+                        )
+                    await pipe.execute()
+                    manifest.last_access = last_access
+                    return manifest, True
+                except WatchError:
+                    continue
+
+    async def remove(
+        self, task_hash: str, *, reason: str = "delete"
+    ) -> tuple[Manifest, int] | None:
+        """Drop an entry; ``reason`` is the event kind (``delete``, ``corrupt``, ``evict``).
+
+        Returns the removed manifest and how many entries still reference its digest, or
+        None if the hash was not indexed. When none do, the object no longer counts in
+        ``stored_bytes``: the caller deletes it (a crash before that leaves an orphan
+        object for ``gc``, never a manifest without its object).
+        """
+        counter = REMOVAL_REASONS[reason]
+        key = self._manifest_key(task_hash)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    manifest = await self._watched_manifest(pipe, key)
+                    if manifest is None:
+                        return None
+                    refs = self._refs_key(manifest.digest)
+                    await pipe.watch(refs)
+                    others = set(await pipe.smembers(refs)) - {task_hash}
+                    pipe.multi()
+                    pipe.delete(key)
+                    pipe.srem(self._members, task_hash)
+                    pipe.zrem(self._by_hash, task_hash)
+                    pipe.zrem(self._label_key(manifest.label), task_hash)
+                    pipe.zrem(self._access, task_hash)
+                    pipe.zrem(self._evict, task_hash)
+                    pipe.srem(self._pinned, task_hash)
+                    pipe.hdel(self._hits, task_hash)
+                    pipe.srem(refs, task_hash)
+                    pipe.hincrby(self._stats, "bytes", -manifest.nbytes)
+                    if not others:
+                        pipe.hincrby(self._stats, "stored_bytes", -manifest.nbytes)
+                    pipe.hincrby(self._stats, counter, 1)
+                    self._add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
+                    pipe.scard(refs)
+                    results = await pipe.execute()
+                    return manifest, int(results[-1])
+                except WatchError:
+                    continue
+
+    @staticmethod
+    async def _watched_manifest(pipe: Any, key: str) -> Manifest | None:
+        """WATCH a manifest key and read it (a transaction that depends on it follows);
+        ``None``, unwatched, if the entry does not exist."""
+        await pipe.watch(key)
+        text = await pipe.get(key)
+        if text is None:
+            await pipe.unwatch()
+            return None
+        return Manifest.model_validate_json(text)
+
+    async def record_hit(self, manifest: Manifest, now: float | None = None) -> None:
+        """Count a served hit: hits, saved seconds, access time, event (one transaction)."""
+        now = time.time() if now is None else now
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(self._stats, "hits", 1)
+            pipe.hincrbyfloat(self._stats, "saved_seconds", manifest.compute_seconds)
+            pipe.hincrby(self._hits, manifest.hash, 1)
+            pipe.zadd(self._access, {manifest.hash: now}, xx=True)
+            pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
+            self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now)
+            await pipe.execute()
+
+    async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
+        """Pin (never evicted) or unpin an entry; None if it is not indexed. Idempotent."""
+        key = self._manifest_key(task_hash)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    manifest = await self._watched_manifest(pipe, key)
+                    if manifest is None:
+                        return None
+                    last_access = await pipe.zscore(self._access, task_hash)
+                    last_access = float(last_access or manifest.created)
+                    pipe.multi()
+                    if pinned:
+                        pipe.sadd(self._pinned, task_hash)
+                        pipe.zrem(self._evict, task_hash)
+                    else:
+                        pipe.srem(self._pinned, task_hash)
+                        pipe.zadd(self._evict, {task_hash: self._rank(manifest, last_access)})
+                    await pipe.execute()
+                    break
+                except WatchError:
+                    continue
+        return await self.manifest(task_hash)
+
+    async def stored_bytes(self) -> int:
+        """Bytes of the distinct objects the index references (what the size cap limits)."""
+        return int(await self.redis.hget(self._stats, "stored_bytes") or 0)
+
+    async def eviction_candidates(self, count: int) -> list[str]:
+        """Up to ``count`` unpinned hashes, lowest eviction score first."""
+        return [str(h) for h in await self.redis.zrange(self._evict, 0, count - 1)]
+
+    async def references(self, digest: str) -> set[str]:
+        """The indexed hashes whose result is the object ``digest``."""
+        return {str(h) for h in await self.redis.smembers(self._refs_key(digest))}
+
+    async def all_hashes(self, batch: int = 1000) -> AsyncIterator[list[str]]:
+        """Every indexed hash, in batches (SSCAN: entries added meanwhile may be missed)."""
+        cursor: int | str = 0
+        while True:
+            cursor, hashes = await self.redis.sscan(self._members, cursor, count=batch)
+            if hashes:
+                yield [str(h) for h in hashes]
+            if int(cursor) == 0:
+                return
+
+    async def recount(self) -> tuple[int, int]:
+        """Recompute ``bytes`` and ``stored_bytes`` from the manifests and rebuild the
+        eviction order (after a crash of an older version, or a new half-life).
+
+        For maintenance (``gc``, ``reindex``) while no server writes to this index.
+        Returns (bytes, stored_bytes).
+        """
+        total = stored = 0
+        digests: set[str] = set()
+        await self.redis.delete(self._evict)
+        async for hashes in self.all_hashes():
+            ranks: dict[str, float] = {}
+            for manifest in await self.manifests(hashes):
+                if manifest is None:
+                    continue
+                total += manifest.nbytes
+                if manifest.digest not in digests:
+                    digests.add(manifest.digest)
+                    stored += manifest.nbytes
+                if not manifest.pinned:
+                    ranks[manifest.hash] = self._rank(manifest, manifest.last_access)
+            if ranks:
+                await self.redis.zadd(self._evict, ranks)
+        await self.redis.hset(self._stats, mapping={"bytes": total, "stored_bytes": stored})
+        return total, stored
+
+    # -- statistics and events --------------------------------------------------------------
+
+    async def stats(self) -> Stats:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(self._stats)
+            pipe.scard(self._members)
+            pipe.scard(self._pinned)
+            counters, entries, pinned = await pipe.execute()
+        values: dict[str, Any] = {name: int(counters.get(name, 0)) for name in _COUNTERS}
+        hits, misses = values["hits"], values["misses"]
+        return Stats(
+            **values,
+            entries=int(entries),
+            pinned=int(pinned),
+            hit_rate=hits / (hits + misses) if hits + misses else 0.0,
+            saved_seconds=float(counters.get("saved_seconds", 0.0)),
+        )
+
+    async def events(self, limit: int) -> list[Event]:
+        """The most recent events, newest first."""
+        raw: Any = await self.redis.xrevrange(self._events, count=limit)
+        return [Event.model_validate(json.loads(fields["e"])) for _id, fields in raw]
+
+    def _add_event(
+        self,
+        pipe: Any,
+        kind: str,
+        *,
+        task_hash: str | None = None,
+        label: str | None = None,
+        now: float | None = None,
+        **counts: int,
+    ) -> None:
+        event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
+        if task_hash is not None:
+            event["hash"] = task_hash
+            event["label"] = label
+        event.update(counts)
+        pipe.xadd(
+            self._events,
+            {"e": json.dumps(event, separators=(",", ":"))},
+            maxlen=self.events_maxlen,
+            approximate=True,
+        )

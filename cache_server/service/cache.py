@@ -1,0 +1,357 @@
+"""The cache service behind the routes: the Redis index over content-addressed storage.
+
+Like Bazel's remote cache, an index hit counts only if the object it names can still be read
+and verified; otherwise the entry is dropped (a ``corrupt`` event) and the answer is a miss.
+Objects are durable before their manifest is written, and removed only once no entry
+references their digest.
+
+Order of operations (docs/architecture.md, "Invariants"). Storing: object durable, then
+manifest. Removing (delete, evict, corrupt): manifest first (one Redis transaction that also
+tells how many entries still reference the digest), then the object, only if none does. A
+crash between the two steps therefore leaves an object without a manifest (swept by ``gc``),
+never a manifest without its object. Both sequences hold the digest's lock, so a store that
+reuses an existing object cannot interleave with the removal of that object's last
+reference; this holds within one server process, and the data directory's lock
+(:mod:`cache_server.data_lock`) admits only one server, or one ``gc``/``reindex``, at a time.
+
+Size cap (``max_bytes``): before an object of known size is written, and again once it is
+indexed, entries are evicted, lowest :mod:`cache_server.index.eviction` score first and
+pinned entries never, until the distinct stored objects fit. Concurrent uploads can overshoot
+the cap by what is in flight until each of them finishes. An object larger than the cap, or
+one that only fits by evicting pinned entries, is refused with :class:`NoRoom`, as is a write
+that finds the disk full.
+
+Knows nothing of HTTP: bodies arrive as async iterables of bytes, failures are the errors of
+:mod:`cache_server.service.errors` and :mod:`storage.errors`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterable
+
+from anyio import to_thread
+from redis.exceptions import RedisError
+
+from cache_server.index.redis_index import RedisIndex
+from cache_server.metrics import Metrics
+from cache_server.models import Event, Manifest, Stats
+from cache_server.service.body import UploadBody
+from cache_server.service.errors import (
+    BodyTooLarge,
+    EntryNotFound,
+    IndexUnavailable,
+    NoRoom,
+    storage_full,
+)
+from cache_server.service.locks import DigestLocks
+from cache_server.service.upload import Upload, manifest_for
+from storage import (
+    BodySizeMismatch,
+    CorruptObject,
+    LocalStorage,
+    ObjectNotFound,
+    StoredObject,
+    TaskReference,
+)
+
+__all__ = ["ResultCache"]
+
+logger = logging.getLogger("cache_server")
+
+#: Entries read from the low end of the eviction order per round trip.
+_EVICTION_BATCH = 32
+
+
+class ResultCache:
+    """Lookup, store, load and delete task results. One instance per app; coroutine-safe."""
+
+    def __init__(
+        self,
+        index: RedisIndex,
+        storage: LocalStorage,
+        metrics: Metrics,
+        max_body_bytes: int,
+        max_bytes: int | None = None,
+    ) -> None:
+        self.index = index
+        self.storage = storage
+        self.metrics = metrics
+        self.max_body_bytes = max_body_bytes
+        self.max_bytes = max_bytes
+        self._digest_locks = DigestLocks()
+
+    async def lookup(self, hashes: list[str]) -> list[str]:
+        # Deduplicate once here: hashing 100k fresh strings costs ~10 ms, and the index's
+        # own pass over these (now hashed) strings is cheap.
+        unique = list(dict.fromkeys(hashes))
+        found = await self.index.lookup(unique)
+        self.metrics.lookups.inc(len(unique))
+        self.metrics.misses.inc(len(unique) - len(found))
+        return found
+
+    async def lookup_packed(self, packed: bytes) -> bytes:
+        """Presence flags for packed hashes (see :meth:`RedisIndex.lookup_packed`)."""
+        answer = await self.index.lookup_packed(packed)
+        self.metrics.lookups.inc(len(answer))
+        self.metrics.misses.inc(len(answer) - answer.count(1))
+        return answer
+
+    async def manifest(self, task_hash: str) -> Manifest:
+        """The entry's manifest; :class:`EntryNotFound` if the hash is not indexed."""
+        manifest = await self.index.manifest(task_hash)
+        if manifest is None:
+            raise EntryNotFound(task_hash)
+        return manifest
+
+    async def entries(
+        self, *, label: str | None, limit: int, cursor: str | None
+    ) -> tuple[list[Manifest], str | None]:
+        """One page of manifests in hash order, and the cursor of the next page (None
+        after the last one)."""
+        return await self.index.page(label=label, limit=limit, cursor=cursor)
+
+    async def stats(self) -> Stats:
+        """The index's counters, with this cache's size cap."""
+        stats = await self.index.stats()
+        stats.max_bytes = self.max_bytes
+        return stats
+
+    async def events(self, limit: int) -> list[Event]:
+        """The most recent events, newest first."""
+        return await self.index.events(limit)
+
+    async def check_health(self) -> None:
+        """Return if the index answers, else raise :class:`IndexUnavailable`."""
+        try:
+            await self.index.ping()
+        except (RedisError, OSError) as exc:
+            raise IndexUnavailable(f"the index (Redis) is unreachable: {exc}") from exc
+
+    async def store(
+        self, upload: Upload, chunks: AsyncIterable[bytes]
+    ) -> tuple[Manifest, bool]:
+        """Store an upload whose body arrives as ``chunks``; returns the manifest and
+        whether it is new (False: the hash was indexed already, the body is discarded).
+
+        Nothing is published unless the whole body arrived and matches digest, dtype and
+        shape; the error propagates (:class:`BodyTooLarge`, :class:`NoRoom`, or the
+        storage's) and the index is untouched.
+        """
+        self._check_length(upload)
+        body = self._body(chunks)
+        existing = await self.index.manifest(upload.task_hash)
+        if existing is not None:
+            await body.drain()
+            return existing, False
+        size = upload.expected_nbytes
+        if size is not None and not await to_thread.run_sync(self.storage.exists, upload.digest):
+            await self._make_room(size)
+        now = time.time()
+        reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now)
+        async with self._digest_locks.hold(upload.digest):
+            try:
+                result = await to_thread.run_sync(
+                    lambda: self.storage.put(
+                        upload.header,
+                        body.pieces(),
+                        digest=upload.digest,
+                        task=reference,
+                        type_name=upload.type_name,
+                    )
+                )
+            except OSError as exc:
+                if storage_full(exc):
+                    raise NoRoom(f"the server's disk is full: {exc}") from exc
+                raise
+            sidecar = result.sidecar
+            if self.max_bytes is not None and sidecar.nbytes > self.max_bytes:
+                # Streamed without a length and larger than the cap: unreachable for anyone
+                # but this upload, so remove it again (under the digest's lock).
+                await self._forget_unindexed(upload.digest, upload.task_hash, result.created)
+                raise self._too_large(sidecar.nbytes)
+            manifest = manifest_for(sidecar, reference)
+            manifest.type = upload.type_name or sidecar.type
+            indexed, created = await self.index.add(manifest)
+        self.metrics.bytes_received.inc(body.nbytes)
+        if created:
+            self.metrics.stores.inc()
+            await self._enforce_cap(keep=upload.task_hash)
+        return indexed, created
+
+    async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest:
+        """Pin (never evicted) or unpin an entry; idempotent. The pin is recorded in the
+        object's sidecar first, then in the index, so a rebuilt index keeps it."""
+        manifest = await self.manifest(task_hash)
+        async with self._digest_locks.hold(manifest.digest):
+            try:
+                await to_thread.run_sync(
+                    self.storage.set_pinned, manifest.digest, task_hash, pinned
+                )
+            except (ObjectNotFound, CorruptObject):
+                await self._drop_corrupt(manifest, locked=True)
+                raise EntryNotFound(task_hash) from None
+            except KeyError:  # the sidecar lost this reference: record it again
+                reference = TaskReference(
+                    task_hash, manifest.label, manifest.compute_seconds, manifest.created, pinned
+                )
+                await to_thread.run_sync(self.storage.add_task, manifest.digest, reference)
+            updated = await self.index.set_pinned(task_hash, pinned)
+        if updated is None:
+            raise EntryNotFound(task_hash)
+        return updated
+
+    async def load(self, task_hash: str) -> tuple[Manifest, StoredObject]:
+        """Read and verify an entry's object and count the hit; a missing or corrupt object
+        drops the entry and raises :class:`EntryNotFound`."""
+        manifest = await self.manifest(task_hash)
+        try:
+            stored = await to_thread.run_sync(self.storage.get, manifest.digest)
+        except (ObjectNotFound, CorruptObject):
+            await self._drop_corrupt(manifest)
+            raise EntryNotFound(task_hash) from None
+        try:
+            await self.index.record_hit(manifest)
+        except RedisError as exc:  # the value is verified: a lost hit count must not lose it
+            logger.warning("could not count a hit of %s: %s", task_hash, exc)
+        self.metrics.hits.inc()
+        self.metrics.bytes_sent.inc(stored.body.nbytes)
+        return manifest, stored
+
+    async def head(self, task_hash: str) -> Manifest:
+        """The manifest, if its object still exists (not verified: that costs a full read)."""
+        manifest = await self.manifest(task_hash)
+        if not await to_thread.run_sync(self.storage.exists, manifest.digest):
+            await self._drop_corrupt(manifest)
+            raise EntryNotFound(task_hash)
+        return manifest
+
+    async def delete(self, task_hash: str) -> None:
+        """Drop an entry; its object goes too once no other entry references the digest."""
+        manifest = await self.manifest(task_hash)
+        if not await self._remove(manifest, "delete"):
+            raise EntryNotFound(task_hash)
+
+    async def evict(self, task_hash: str) -> int:
+        """Evict one entry (pinned or not: callers choose); returns the bytes freed (its
+        object's size if no other entry references it, else 0)."""
+        manifest = await self.index.manifest(task_hash)
+        if manifest is None or not await self._remove(manifest, "evict"):
+            return 0
+        self.metrics.evictions.inc()
+        return manifest.nbytes
+
+    async def enforce_cap(self) -> int:
+        """Evict (never pinned entries) until the stored objects fit ``max_bytes``; returns
+        how many entries were evicted. For ``gc``; stores do this themselves."""
+        evicted = 0
+        while self.max_bytes is not None:
+            if await self.index.stored_bytes() <= self.max_bytes:
+                break
+            victims = await self.index.eviction_candidates(_EVICTION_BATCH)
+            if not victims:
+                break
+            for task_hash in victims:
+                await self.evict(task_hash)
+                evicted += 1
+                if await self.index.stored_bytes() <= self.max_bytes:
+                    break
+        return evicted
+
+    async def _remove(self, manifest: Manifest, reason: str) -> bool:
+        """Manifest first, then the object if no entry references it any more."""
+        async with self._digest_locks.hold(manifest.digest):
+            removed = await self.index.remove(manifest.hash, reason=reason)
+            if removed is None:
+                return False
+            _, remaining = removed
+            await to_thread.run_sync(
+                self._forget_object, manifest.digest, manifest.hash, remaining
+            )
+        return True
+
+    def _too_large(self, nbytes: int | None) -> NoRoom:
+        size = "the object" if nbytes is None else f"an object of {nbytes} bytes"
+        return NoRoom(f"{size} is larger than the cache (max_bytes {self.max_bytes})")
+
+    def _body(self, chunks: AsyncIterable[bytes]) -> UploadBody:
+        """The upload's body, cut off at ``max_body_bytes`` (:class:`BodyTooLarge`) or, when
+        lower, at the cap (:class:`NoRoom`)."""
+        if self.max_bytes is not None and self.max_bytes < self.max_body_bytes:
+            return UploadBody(chunks, self.max_bytes, lambda: self._too_large(None))
+        limit = self.max_body_bytes
+        return UploadBody(chunks, limit, lambda: BodyTooLarge(limit))
+
+    async def _make_room(self, need: int, keep: str | None = None) -> None:
+        """Evict until ``need`` more bytes fit under the cap; :class:`NoRoom` if only pinned
+        entries (and ``keep``) are left to evict."""
+        cap = self.max_bytes
+        if cap is None:
+            return
+        if need > cap:
+            raise self._too_large(need)
+        while True:
+            used = await self.index.stored_bytes()
+            if used + need <= cap:
+                return
+            victims = [h for h in await self.index.eviction_candidates(_EVICTION_BATCH + 1)
+                       if h != keep][:_EVICTION_BATCH]  # fmt: skip
+            if not victims:
+                raise NoRoom(
+                    f"no room for {need} more bytes: {used} of max_bytes {cap} are held by "
+                    "pinned entries (unpin some, or raise RESULT_CACHE_MAX_BYTES)"
+                )
+            for task_hash in victims:
+                await self.evict(task_hash)
+                if await self.index.stored_bytes() + need <= cap:
+                    return
+
+    async def _enforce_cap(self, keep: str) -> None:
+        """After indexing ``keep``: evict others until the cap holds again; if only pinned
+        entries are left, evict ``keep`` itself and raise :class:`NoRoom`."""
+        try:
+            await self._make_room(0, keep=keep)
+        except NoRoom:
+            await self.evict(keep)
+            raise
+
+    async def _forget_unindexed(self, digest: str, task_hash: str, created: bool) -> None:
+        """Undo a put that will not be indexed (caller holds the digest's lock)."""
+        remaining = 0 if created else len(await self.index.references(digest))
+        await to_thread.run_sync(self._forget_object, digest, task_hash, remaining)
+
+    def _check_length(self, upload: Upload) -> None:
+        expected = upload.header.expected_nbytes
+        if expected is not None and expected > self.max_body_bytes:
+            raise BodyTooLarge(self.max_body_bytes)
+        length = upload.content_length
+        if length is None:
+            return
+        if length > self.max_body_bytes:
+            raise BodyTooLarge(self.max_body_bytes)
+        if expected is not None and length != expected:
+            raise BodySizeMismatch(expected, length)
+
+    async def _drop_corrupt(self, manifest: Manifest, *, locked: bool = False) -> None:
+        self.metrics.corrupt.inc()
+        if locked:
+            await self._drop_corrupt_locked(manifest)
+            return
+        async with self._digest_locks.hold(manifest.digest):
+            await self._drop_corrupt_locked(manifest)
+
+    async def _drop_corrupt_locked(self, manifest: Manifest) -> None:
+        await self.index.remove(manifest.hash, reason="corrupt")
+        # A corrupt object is useless to every entry naming it: remove it now; the others
+        # are dropped as they are next read.
+        await to_thread.run_sync(self.storage.delete, manifest.digest)
+
+    def _forget_object(self, digest: str, task_hash: str, remaining: int) -> None:
+        try:
+            if remaining == 0:
+                self.storage.delete(digest)
+            else:
+                self.storage.remove_task(digest, task_hash)
+        except (ObjectNotFound, CorruptObject):
+            pass  # already gone: nothing left to forget

@@ -1,0 +1,62 @@
+"""The errors of the cache service: what went wrong, never how to answer it.
+
+They carry no HTTP status. The API maps each class to a status in one table
+(:mod:`cache_server.api.errors`); the offline maintenance commands never see HTTP at all.
+Storage errors (:mod:`storage.errors`) pass through the service unchanged.
+"""
+
+from __future__ import annotations
+
+import errno
+
+__all__ = [
+    "BodyTooLarge",
+    "EntryNotFound",
+    "IndexUnavailable",
+    "InvalidUpload",
+    "NoRoom",
+    "ServiceError",
+    "storage_full",
+]
+
+
+class ServiceError(Exception):
+    """Base class of the errors the service raises on purpose; ``str()`` is the message."""
+
+
+class InvalidUpload(ServiceError):
+    """An upload's metadata is malformed (digest, compute seconds, label, type name)."""
+
+
+class EntryNotFound(ServiceError):
+    """No entry for this task hash (or its object was found missing or corrupt)."""
+
+    def __init__(self, task_hash: str) -> None:
+        super().__init__(f"no entry for task hash {task_hash}")
+        self.task_hash = task_hash
+
+
+class BodyTooLarge(ServiceError):
+    """An upload's body exceeds ``max_body_bytes``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"body exceeds max_body_bytes ({limit} bytes)")
+        self.limit = limit
+
+
+class NoRoom(ServiceError):
+    """No room for an object: larger than ``max_bytes``, the cache is full of pinned
+    entries, or the disk itself is full."""
+
+
+class IndexUnavailable(ServiceError):
+    """The index (Redis) does not answer."""
+
+
+#: ``OSError`` numbers that mean "the disk is full" (or a per-file or per-user limit hit).
+_NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def storage_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is the file system saying there is no room."""
+    return isinstance(exc, OSError) and exc.errno in _NO_SPACE_ERRNOS

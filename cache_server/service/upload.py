@@ -1,0 +1,71 @@
+"""What one upload is (:class:`Upload`), and the manifest of a stored task result.
+
+An :class:`Upload` is validated when it is built, so the service never starts reading a
+body whose metadata it would refuse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cache_server.models import Manifest
+from cache_server.service.errors import InvalidUpload
+from storage import ObjectHeader, Sidecar, TaskReference, is_digest
+
+__all__ = ["MAX_LABEL_CHARS", "MAX_TYPE_CHARS", "Upload", "manifest_for"]
+
+MAX_LABEL_CHARS = 1024
+MAX_TYPE_CHARS = 512
+
+
+@dataclass(frozen=True)
+class Upload:
+    """The validated metadata of one upload (``PUT /v1/objects/{hash}``); raises
+    :class:`InvalidUpload` naming the first bad field."""
+
+    task_hash: str
+    header: ObjectHeader
+    digest: str
+    compute_seconds: float
+    label: str
+    type_name: str | None
+    content_length: int | None
+
+    def __post_init__(self) -> None:
+        if not is_digest(self.digest):
+            raise InvalidUpload("X-Result-Digest must be 32 lowercase hex characters")
+        if not math.isfinite(self.compute_seconds) or self.compute_seconds < 0:
+            raise InvalidUpload("X-Result-Compute-Seconds must be a finite float >= 0")
+        if len(self.label) > MAX_LABEL_CHARS:
+            raise InvalidUpload(f"X-Result-Label is longer than {MAX_LABEL_CHARS} characters")
+        if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
+            raise InvalidUpload(f"X-Result-Type is longer than {MAX_TYPE_CHARS} characters")
+
+    @property
+    def expected_nbytes(self) -> int | None:
+        """The body's size if known in advance: from dtype and shape, else the length the
+        client announced, else None (a chunked pickle)."""
+        size = self.header.expected_nbytes
+        return self.content_length if size is None else size
+
+
+def manifest_for(sidecar: Sidecar, task: TaskReference) -> Manifest:
+    """The manifest of one task stored as the object ``sidecar`` describes (the digest
+    covers kind, dtype and shape, so the sidecar's header is the upload's)."""
+    header = sidecar.header
+    return Manifest(
+        hash=task.task_hash,
+        digest=sidecar.digest,
+        kind=header.kind,
+        storage=sidecar.storage,  # type: ignore[arg-type]
+        nbytes=sidecar.nbytes,
+        dtype=header.dtype if header.is_array else None,
+        shape=list(header.shape) if header.shape is not None else None,
+        type=sidecar.type,
+        compute_seconds=task.compute_seconds,
+        label=task.label,
+        created=task.created,
+        last_access=task.created,
+        pinned=task.pinned,
+    )
