@@ -19,7 +19,8 @@ Keys (all under ``prefix``, default ``rc:``)::
 digest counts from its first reference to the removal of its last): that is what the size
 cap limits. Multi-key writes run in MULTI/EXEC transactions (with WATCH where they depend on
 a read), so a crash never leaves a half-indexed entry or a wrong byte count. Safe for
-concurrent use by many tasks and many server processes sharing one Redis.
+concurrent use by many tasks and many server processes sharing one Redis
+(:func:`~cache_server.index.transactions.watched` retries a transaction whose reads changed).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from redis.exceptions import WatchError
 
 from cache_server.index.client import pack_fixed_width
 from cache_server.index.eviction import eviction_rank
+from cache_server.index.transactions import watched
 from cache_server.models import Event, Manifest, Stats
 
 __all__ = ["REMOVAL_REASONS", "RedisIndex"]
@@ -180,42 +182,39 @@ class RedisIndex:
         refs = self._refs_key(manifest.digest)
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
         last_access = max(manifest.last_access, manifest.created)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    await pipe.watch(key, refs)
-                    if await pipe.exists(key):
-                        await pipe.unwatch()
-                        existing = await self.manifest(manifest.hash)
-                        if existing is not None:
-                            return existing, False
-                        continue  # deleted meanwhile: try again
-                    first_reference = not await pipe.exists(refs)
-                    pipe.multi()
-                    pipe.set(key, stored)
-                    pipe.sadd(self._members, manifest.hash)
-                    pipe.zadd(self._by_hash, {manifest.hash: 0})
-                    pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
-                    pipe.zadd(self._access, {manifest.hash: last_access})
-                    if manifest.pinned:
-                        pipe.sadd(self._pinned, manifest.hash)
-                    else:
-                        pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
-                    pipe.hdel(self._hits, manifest.hash)
-                    pipe.sadd(refs, manifest.hash)
-                    pipe.hincrby(self._stats, "bytes", manifest.nbytes)
-                    if first_reference:
-                        pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
-                    if record:
-                        pipe.hincrby(self._stats, "stores", 1)
-                        self._add_event(
-                            pipe, "store", task_hash=manifest.hash, label=manifest.label
-                        )
-                    await pipe.execute()
-                    manifest.last_access = last_access
-                    return manifest, True
-                except WatchError:
-                    continue
+
+        async def attempt(pipe: Any) -> tuple[Manifest, bool]:
+            await pipe.watch(key, refs)
+            if await pipe.exists(key):
+                await pipe.unwatch()
+                existing = await self.manifest(manifest.hash)
+                if existing is None:
+                    raise WatchError("deleted meanwhile")  # start over
+                return existing, False
+            first_reference = not await pipe.exists(refs)
+            pipe.multi()
+            pipe.set(key, stored)
+            pipe.sadd(self._members, manifest.hash)
+            pipe.zadd(self._by_hash, {manifest.hash: 0})
+            pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
+            pipe.zadd(self._access, {manifest.hash: last_access})
+            if manifest.pinned:
+                pipe.sadd(self._pinned, manifest.hash)
+            else:
+                pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
+            pipe.hdel(self._hits, manifest.hash)
+            pipe.sadd(refs, manifest.hash)
+            pipe.hincrby(self._stats, "bytes", manifest.nbytes)
+            if first_reference:
+                pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
+            if record:
+                pipe.hincrby(self._stats, "stores", 1)
+                self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label)
+            await pipe.execute()
+            manifest.last_access = last_access
+            return manifest, True
+
+        return await watched(self.redis, attempt)
 
     async def remove(
         self, task_hash: str, *, reason: str = "delete"
@@ -229,35 +228,34 @@ class RedisIndex:
         """
         counter = REMOVAL_REASONS[reason]
         key = self._manifest_key(task_hash)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    manifest = await self._watched_manifest(pipe, key)
-                    if manifest is None:
-                        return None
-                    refs = self._refs_key(manifest.digest)
-                    await pipe.watch(refs)
-                    others = set(await pipe.smembers(refs)) - {task_hash}
-                    pipe.multi()
-                    pipe.delete(key)
-                    pipe.srem(self._members, task_hash)
-                    pipe.zrem(self._by_hash, task_hash)
-                    pipe.zrem(self._label_key(manifest.label), task_hash)
-                    pipe.zrem(self._access, task_hash)
-                    pipe.zrem(self._evict, task_hash)
-                    pipe.srem(self._pinned, task_hash)
-                    pipe.hdel(self._hits, task_hash)
-                    pipe.srem(refs, task_hash)
-                    pipe.hincrby(self._stats, "bytes", -manifest.nbytes)
-                    if not others:
-                        pipe.hincrby(self._stats, "stored_bytes", -manifest.nbytes)
-                    pipe.hincrby(self._stats, counter, 1)
-                    self._add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
-                    pipe.scard(refs)
-                    results = await pipe.execute()
-                    return manifest, int(results[-1])
-                except WatchError:
-                    continue
+
+        async def attempt(pipe: Any) -> tuple[Manifest, int] | None:
+            manifest = await self._watched_manifest(pipe, key)
+            if manifest is None:
+                return None
+            refs = self._refs_key(manifest.digest)
+            await pipe.watch(refs)
+            others = set(await pipe.smembers(refs)) - {task_hash}
+            pipe.multi()
+            pipe.delete(key)
+            pipe.srem(self._members, task_hash)
+            pipe.zrem(self._by_hash, task_hash)
+            pipe.zrem(self._label_key(manifest.label), task_hash)
+            pipe.zrem(self._access, task_hash)
+            pipe.zrem(self._evict, task_hash)
+            pipe.srem(self._pinned, task_hash)
+            pipe.hdel(self._hits, task_hash)
+            pipe.srem(refs, task_hash)
+            pipe.hincrby(self._stats, "bytes", -manifest.nbytes)
+            if not others:
+                pipe.hincrby(self._stats, "stored_bytes", -manifest.nbytes)
+            pipe.hincrby(self._stats, counter, 1)
+            self._add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
+            pipe.scard(refs)
+            results = await pipe.execute()
+            return manifest, int(results[-1])
+
+        return await watched(self.redis, attempt)
 
     @staticmethod
     async def _watched_manifest(pipe: Any, key: str) -> Manifest | None:
@@ -285,25 +283,25 @@ class RedisIndex:
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
         """Pin (never evicted) or unpin an entry; None if it is not indexed. Idempotent."""
         key = self._manifest_key(task_hash)
-        async with self.redis.pipeline(transaction=True) as pipe:
-            while True:
-                try:
-                    manifest = await self._watched_manifest(pipe, key)
-                    if manifest is None:
-                        return None
-                    last_access = await pipe.zscore(self._access, task_hash)
-                    last_access = float(last_access or manifest.created)
-                    pipe.multi()
-                    if pinned:
-                        pipe.sadd(self._pinned, task_hash)
-                        pipe.zrem(self._evict, task_hash)
-                    else:
-                        pipe.srem(self._pinned, task_hash)
-                        pipe.zadd(self._evict, {task_hash: self._rank(manifest, last_access)})
-                    await pipe.execute()
-                    break
-                except WatchError:
-                    continue
+
+        async def attempt(pipe: Any) -> bool:
+            manifest = await self._watched_manifest(pipe, key)
+            if manifest is None:
+                return False
+            last_access = await pipe.zscore(self._access, task_hash)
+            last_access = float(last_access or manifest.created)
+            pipe.multi()
+            if pinned:
+                pipe.sadd(self._pinned, task_hash)
+                pipe.zrem(self._evict, task_hash)
+            else:
+                pipe.srem(self._pinned, task_hash)
+                pipe.zadd(self._evict, {task_hash: self._rank(manifest, last_access)})
+            await pipe.execute()
+            return True
+
+        if not await watched(self.redis, attempt):
+            return None
         return await self.manifest(task_hash)
 
     async def stored_bytes(self) -> int:
