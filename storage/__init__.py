@@ -19,10 +19,9 @@ from storage.errors import (
     ObjectNotFound,
     StorageError,
 )
-from storage.header import KINDS, ObjectHeader, content_digest, is_digest
+from storage.header import ObjectHeader, content_digest, is_digest
 
 __all__ = [
-    "KINDS",
     "ZARR_MIN_BYTES",
     "BlobStore",
     "BodySizeMismatch",

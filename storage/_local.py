@@ -3,7 +3,7 @@
 The routing rule lives here only: arrays of at least ``ZARR_MIN_BYTES`` go to Zarr (lazily
 readable, chunked, maybe compressed); smaller arrays and everything else go to blobs, because a
 1 KiB Zarr array costs ~4 ms to write and ~2 ms to read against ~0.1 ms and ~0.04 ms for a
-file (DESIGN.md section 10).
+file (docs/architecture.md, "Storage and transport facts").
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ class LocalStorage(ObjectStore):
     """
 
     name = "local"
-    supports_lazy_arrays = True
 
     def __init__(self, data_dir: str | Path) -> None:
         self.root = Path(data_dir) / "objects"

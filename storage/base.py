@@ -6,8 +6,7 @@ the task hashes that were stored with it, so the Redis index can be rebuilt from
 Which task hashes reference an object at run time is the index's business; the sidecar's copy
 exists for rebuilding.
 
-Callers test capability flags (``supports_deletes``, ``supports_lazy_arrays``) rather than
-classes. Convenience methods (:meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built
+Convenience methods (:meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built
 here once from the abstract primitives.
 """
 
@@ -200,9 +199,6 @@ class ObjectStore(ABC):
 
     #: The name recorded in sidecars and manifests (``blob``, ``zarr``).
     name: ClassVar[str]
-    supports_deletes: ClassVar[bool] = True
-    #: Whether stored arrays can be opened lazily (e.g. as Zarr arrays for ``dask.array``).
-    supports_lazy_arrays: ClassVar[bool] = False
 
     @abstractmethod
     def accepts(self, header: ObjectHeader) -> bool:

@@ -22,7 +22,6 @@ from storage.errors import InvalidHeader
 __all__ = [
     "ARRAY_DTYPE_KINDS",
     "DIGEST_PATTERN",
-    "KINDS",
     "Kind",
     "ObjectHeader",
     "content_digest",
@@ -31,7 +30,6 @@ __all__ = [
 ]
 
 Kind = Literal["ndarray", "pickle"]
-KINDS: tuple[Kind, ...] = ("ndarray", "pickle")
 #: numpy dtype kinds that travel as raw C-order bytes (no fields, no object dtype).
 ARRAY_DTYPE_KINDS = frozenset("biufcmMSU")
 DIGEST_PATTERN = r"^[0-9a-f]{32}$"

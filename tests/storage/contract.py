@@ -110,9 +110,7 @@ class StoreContract:
             type_name=type_name,
         )
 
-    def test_capability_flags_are_bools(self, store: ObjectStore) -> None:
-        assert isinstance(store.supports_deletes, bool)
-        assert isinstance(store.supports_lazy_arrays, bool)
+    def test_has_a_name(self, store: ObjectStore) -> None:
         assert isinstance(store.name, str) and store.name
 
     def test_round_trip(self, store: ObjectStore) -> None:
@@ -256,7 +254,6 @@ class StoreContract:
         assert bytes(store.get(encoded.digest).body) == encoded.body
 
     def test_delete(self, store: ObjectStore) -> None:
-        assert store.supports_deletes
         first, *rest = self.samples(store)
         self.put(store, first)
         for encoded in rest:
