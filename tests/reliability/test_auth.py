@@ -87,6 +87,7 @@ def test_the_route_table_is_complete() -> None:
     assert routes() == set(ROUTES)
 
 
+@pytest.mark.slow
 def test_every_endpoint_refuses_strangers(token_server: RunningServer) -> None:
     for (method, path), scope in ROUTES.items():
         where = f"{method} {path}"
@@ -182,6 +183,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
                           text=True, timeout=60, env={**clean, **(env or {})})
 
 
+@pytest.mark.slow
 def test_cli_commands_take_a_token(token_server: RunningServer) -> None:
     refused = run_cli("stats", "--url", token_server.url)
     assert refused.returncode != 0 and "401" in refused.stderr and "--token" in refused.stderr

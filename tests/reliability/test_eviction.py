@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,6 +38,7 @@ def kib_array(seed: int):
     return encode_array(np.full(125, float(seed)))  # exactly 1000 bytes
 
 
+@pytest.mark.slow
 def test_cap_evicts_cheapest_per_byte_and_never_pinned(fresh_server: FreshServer) -> None:
     server = fresh_server(max_bytes=3500)
     h = {name: new_hash() for name in "abcdefg"}

@@ -7,11 +7,13 @@ import pickle
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import FreshServer
 from tests.server.wire import Encoded, encode_pickle, new_hash, put
 
 
+@pytest.mark.slow
 def test_json_bodies_are_limited(fresh_server: FreshServer) -> None:
     server = fresh_server(max_json_bytes=10_000)
     with httpx.Client(base_url=server.url) as client:

@@ -38,6 +38,7 @@ def test_manifest(client: httpx.Client) -> None:
     assert client.get(f"/v1/entries/{new_hash()}").status_code == 404
 
 
+@pytest.mark.slow
 def test_listing_pages_through_everything_once(fresh_server: FreshServer) -> None:
     server = fresh_server()
     with httpx.Client(base_url=server.url) as client:

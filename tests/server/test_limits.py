@@ -6,9 +6,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.conftest import FreshServer
 from tests.server.wire import encode_array, encode_pickle, new_hash, put
+
+pytestmark = pytest.mark.slow
 
 
 def stored_files(data_dir: Path) -> list[Path]:

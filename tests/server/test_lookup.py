@@ -6,6 +6,7 @@ import json
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.conftest import FreshServer
 from tests.server.wire import encode_array, new_hash, put
@@ -62,6 +63,7 @@ def test_malformed_requests_are_422_without_effects(client: httpx.Client, stats)
     assert stats()["lookups"] == before["lookups"]
 
 
+@pytest.mark.slow
 def test_too_many_hashes_is_422(fresh_server: FreshServer) -> None:
     server = fresh_server(max_lookup_hashes=3)
     with httpx.Client(base_url=server.url) as client:
@@ -116,6 +118,7 @@ def test_packed_lookup_refuses_malformed_bodies_without_effects(client: httpx.Cl
     assert stats()["lookups"] == before["lookups"]
 
 
+@pytest.mark.slow
 def test_packed_lookup_limit(fresh_server: FreshServer) -> None:
     server = fresh_server(max_lookup_hashes=3)
     with httpx.Client(base_url=server.url) as client:

@@ -241,6 +241,7 @@ def test_missing_object_is_dropped_on_head(
     assert client.get(f"/v1/entries/{task_hash}").status_code == 404
 
 
+@pytest.mark.slow
 def test_64_mib_float64_round_trip_stored_as_zarr(
     client: httpx.Client, cache_server: RunningServer
 ) -> None:

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Callable
 
 import numpy as np
 import pytest
-from redis.asyncio import Redis
 
+from cache_server.index.client import connect
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.service.cache import ResultCache
@@ -147,7 +147,7 @@ async def test_the_cap_evicts_the_cheapest_and_never_pinned_entries(
 
 
 async def test_an_unreachable_index_is_reported(tmp_path) -> None:
-    redis = Redis(port=free_port(), socket_connect_timeout=1)  # nothing listens there
+    redis = connect(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     try:
         cache = ResultCache(RedisIndex(redis), LocalStorage(tmp_path), Metrics(), 1000)
         with pytest.raises(IndexUnavailable, match="unreachable"):

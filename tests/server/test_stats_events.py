@@ -10,6 +10,7 @@ from tests.conftest import FreshServer
 from tests.server.wire import encode_array, encode_pickle, new_hash, put
 
 
+@pytest.mark.slow
 def test_stats_and_events_reflect_what_happened(fresh_server: FreshServer) -> None:
     server = fresh_server()
     with httpx.Client(base_url=server.url) as client:
@@ -68,6 +69,7 @@ def test_stats_and_events_reflect_what_happened(fresh_server: FreshServer) -> No
         assert 'route="/v1/objects/{task_hash}",status="404"' in text
 
 
+@pytest.mark.slow
 def test_events_stream_is_capped(fresh_server: FreshServer) -> None:
     server = fresh_server(events_maxlen=10)
     with httpx.Client(base_url=server.url) as client:

@@ -100,6 +100,7 @@ def check_round_trip(store: ObjectStore, value: np.ndarray, piece: int) -> None:
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(value=arrays(), piece=st.integers(1, 64))
 def test_blob_round_trip(stores: dict[str, ObjectStore], value: np.ndarray, piece: int) -> None:
     check_round_trip(stores["blob"], value, piece)
@@ -108,6 +109,7 @@ def test_blob_round_trip(stores: dict[str, ObjectStore], value: np.ndarray, piec
 @settings(
     max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(value=arrays(), piece=st.integers(1, 64))
 def test_zarr_round_trip(stores: dict[str, ObjectStore], value: np.ndarray, piece: int) -> None:
     with tiny_zarr_chunks():
@@ -193,6 +195,7 @@ python_values = st.recursive(
 @settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@pytest.mark.slow
 @given(value=python_values)
 def test_pickle_round_trip(stores: dict[str, ObjectStore], value: object) -> None:
     encoded = encode_pickle(value)
