@@ -1,5 +1,19 @@
 """The cache server: HTTP API (FastAPI) over a Redis index and :mod:`storage`.
 
+Layers, each importing only those below it (tests/server/test_layering.py):
+
+- :mod:`.api`: the HTTP API (routes, tokens, the error-to-status table, middleware).
+- :mod:`.service`: the domain operations (:class:`~.service.cache.ResultCache`, gc,
+  reindex) and their errors; no HTTP.
+- :mod:`.index`: Redis (the index, its client, eviction rank, the embedded Redis).
+- :mod:`storage` (a package of its own): objects on disk by content digest.
+- :mod:`.cli`: the ``dask-cache`` commands, beside the layers.
+
+Shared by them: :mod:`.settings`, :mod:`.models` (manifests, stats, events, API bodies),
+:mod:`.metrics`, :mod:`.runtime` (``open_cache``: lock, Redis, storage, service),
+:mod:`.data_lock`; :mod:`.launch` runs a server as a subprocess; :mod:`.examples` is
+what ``dask-cache demo`` runs.
+
 ``create_app`` builds the app, ``start_server`` runs ``dask-cache serve`` as a subprocess.
 Names are imported lazily so that ``cache_server.launch`` stays cheap to import.
 """
