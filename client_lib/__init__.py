@@ -14,8 +14,7 @@ from .errors import (
     ResultCacheError,
     VolatileValue,
 )
-from .fingerprint import cache_version
-from .hashing import KEY_VERSION
+from .hashing import KEY_VERSION, cache_version, register
 from .policy import Candidate
 from .report import CacheReport, last_report
 from .transport import CacheClient
@@ -34,5 +33,6 @@ __all__ = [
     "cache_version",
     "cached_compute",
     "last_report",
+    "register",
     "task_hashes",
 ]

@@ -528,8 +528,8 @@ def test_a_library_upgrade_changes_tasks_that_only_receive_its_objects(monkeypat
     numpy's business (NEP 50 changed it), and what ``df.groupby`` gives is pandas'."""
     import pandas as pd
 
-    import client_lib.fingerprint
-    import client_lib.normalize
+    import client_lib.hashing.fingerprints
+    import client_lib.hashing.numpy_values
 
     def scale(x):
         return x * 0.1
@@ -541,11 +541,11 @@ def test_a_library_upgrade_changes_tasks_that_only_receive_its_objects(monkeypat
         return task_hashes([arr, one, df])
 
     before = hashed()
-    monkeypatch.setattr(client_lib.normalize, "_NUMPY", b"numpy==99.0")  # an upgrade
+    monkeypatch.setattr(client_lib.hashing.numpy_values, "_NUMPY", b"numpy==99.0")  # upgrade
     numpy_upgraded = hashed()
     assert all(before[k] != numpy_upgraded[k] for k in ("arr", "one", "df"))
-    real = client_lib.fingerprint.library_version
-    monkeypatch.setattr(client_lib.fingerprint, "library_version",
+    real = client_lib.hashing.fingerprints.library_version
+    monkeypatch.setattr(client_lib.hashing.fingerprints, "library_version",
                         lambda top: "pandas==99.0" if top == "pandas" else real(top))
     pandas_upgraded = hashed()
     assert pandas_upgraded["df"] != numpy_upgraded["df"]

@@ -1,7 +1,7 @@
 """A tiny installable package, built as a real wheel and installed by pip into a directory
 named ``site-packages`` that a child process gets on its ``PYTHONPATH``.
 
-That is what an install looks like to ``client_lib.fingerprint``: the module's file lies
+That is what an install looks like to ``client_lib.hashing.provenance``: the module's file lies
 under a ``site-packages`` directory and a ``*.dist-info`` (written by pip: ``METADATA``,
 ``RECORD``, ``INSTALLER``, ``direct_url.json``) names its distribution and version. The
 test venv itself is never touched.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from client_lib.fingerprint import _local_build, library_version
+from client_lib.hashing.provenance import library_version, local_build
 from tests.correctness._library import build_wheel, install
 
 
@@ -68,11 +68,11 @@ def test_a_local_build_is_identified_by_its_files_a_release_by_its_version(tmp_p
     first = _installed(tmp_path, "a", "0.1.0", code)
     again = _installed(tmp_path, "b", "0.1.0", code)  # same wheel built elsewhere
     edited = _installed(tmp_path, "c", "0.1.0", code.replace("2", "3"))
-    assert _local_build(first, "tinylib_id").startswith("+local:")
+    assert local_build(first, "tinylib_id").startswith("+local:")
     # direct_url.json names the wheel's path, which differs per machine: not part of it
     assert (first.read_text("direct_url.json") != again.read_text("direct_url.json"))
-    assert _local_build(first, "tinylib_id") == _local_build(again, "tinylib_id")
-    assert _local_build(first, "tinylib_id") != _local_build(edited, "tinylib_id")
+    assert local_build(first, "tinylib_id") == local_build(again, "tinylib_id")
+    assert local_build(first, "tinylib_id") != local_build(edited, "tinylib_id")
     # Installed from an index (no direct_url.json): the version says it all.
     (Path(first._path) / "direct_url.json").unlink()  # type: ignore[attr-defined]
-    assert _local_build(first, "tinylib_id") == ""
+    assert local_build(first, "tinylib_id") == ""

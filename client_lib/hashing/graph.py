@@ -1,0 +1,214 @@
+"""Merkle hashes of graph nodes: content, never key names. docs/architecture.md, The task
+hash.
+
+``task_hash = xxh3_128(KEY_VERSION, namespace, function fingerprint, arguments with every
+dependency replaced by its task hash)``. A ``DataNode`` hashes its value, an ``Alias``
+is its target's hash, a nested ``Task`` argument hashes as the standalone task it would be
+if Dask had not inlined it (so inlined and separate forms agree), containers are walked.
+A task whose hash cannot be computed is *volatile*, and so is everything downstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dask._task_spec import (
+    Alias,
+    DataNode,
+    Dict,
+    GraphNode,
+    List,
+    NestedContainer,
+    Set,
+    Task,
+    TaskRef,
+    Tuple,
+)
+from dask.utils import funcname
+
+from ..errors import VolatileValue
+from .encoder import Encoder
+from .fingerprints import Fingerprinter
+from .registry import HANDLERS, Dispatch
+from .side_effects import side_effect_keys
+
+__all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "hash_graph"]
+
+# Bump whenever hashing or the value codecs change, so old entries are never misread
+# (and re-record tests/client/golden_hashes.json).
+KEY_VERSION = 2
+
+Key = Hashable
+_CONTAINERS = {List: b"[", Tuple: b"(", Set: b"<", Dict: b"{"}
+
+
+@dataclass
+class GraphHashes:
+    """The outcome of hashing a graph.
+
+    ``hashes`` holds the 32-hex task hash of every hashable node; ``volatile`` maps the
+    keys that must not be cached to the reason; ``pinned`` holds tasks that have a hash
+    but must always run (side effects, e.g. P2P shuffle transfers); ``labels`` are
+    readable names for the entries.
+    """
+
+    hashes: dict[Key, str] = field(default_factory=dict)
+    volatile: dict[Key, str] = field(default_factory=dict)
+    pinned: set[Key] = field(default_factory=set)
+    labels: dict[Key, str] = field(default_factory=dict)
+
+
+class _VolatileDependency(Exception):
+    pass
+
+
+class GraphHasher:
+    """Hashes the nodes of one graph, dependencies first. One per pass; not thread safe.
+
+    ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
+    :class:`~client_lib.graph.Materialized`); ``handlers`` the value registry to start
+    from (graph nodes inside arguments are handled here, in front of it).
+    """
+
+    def __init__(self, graph: Mapping[Key, GraphNode], namespace: str, annotations: Any,
+                 handlers: Dispatch = HANDLERS) -> None:
+        self.graph = graph
+        self.annotations = annotations
+        self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
+        self.digests: dict[Key, bytes] = {}
+        self.result = GraphHashes()
+        self._labels: dict[int, str] = {}  # by id of a function in the graph
+        self.enc = Encoder(handlers.extended({
+            TaskRef: self._ref,
+            Alias: self._alias,
+            NestedContainer: self._nested,
+            Task: self._inlined_task,
+            DataNode: self._data,
+        }), Fingerprinter)
+
+    def run(self, order: list[Key]) -> GraphHashes:
+        result = self.result
+        for key in order:
+            node = self.graph[key]
+            try:
+                digest = self._node_digest(key, node)
+            except _VolatileDependency:
+                result.volatile[key] = "depends on a volatile task"
+                continue
+            except VolatileValue as exc:
+                result.volatile[key] = exc.reason
+                continue
+            self.digests[key] = digest
+            result.hashes[key] = digest.hex()
+        return result
+
+    def _node_digest(self, key: Key, node: GraphNode) -> bytes:
+        if isinstance(node, Alias):
+            return self._dep_digest(node.target)
+        if self.annotations is not None and self.annotations.annotation(
+                "cache", key, True) is False:
+            raise VolatileValue("annotated cache=False")
+        enc = self.enc
+        with enc.sub_digest(self.prefix) as sub:
+            if isinstance(node, DataNode):
+                enc.write_raw(b"V")
+                enc.encode(node.value)
+            elif isinstance(node, Task):
+                version = None
+                if self.annotations is not None:
+                    version = self.annotations.annotation("cache_version", key)
+                self._task_body(node, version)
+                self.result.labels[key] = self._label(node.func)
+            else:
+                raise VolatileValue(f"unknown graph node type {type(node).__name__}")
+        return sub.value
+
+    def _task_body(self, task: Task, version: Any = None) -> None:
+        enc = self.enc
+        if isinstance(task, NestedContainer):
+            self._container(task)
+            return
+        enc.write_raw(b"T")
+        if version is not None:  # a manual version replaces the function's code
+            enc.write_raw(b"V")
+            enc.write_names((getattr(task.func, "__module__", None), funcname(task.func),
+                             str(version)))
+        else:
+            enc.write_callable(task.func)
+        if type(task) is not Task:
+            enc.write_name(type(task).__module__ + "." + type(task).__qualname__)
+        enc.write_raw(b"(%d:" % len(task.args))
+        for arg in task.args:
+            enc.encode(arg)
+        if task.kwargs:
+            enc.write_raw(b"{%d:" % len(task.kwargs))
+            for name in sorted(task.kwargs):
+                enc.write_name(name)
+                enc.encode(task.kwargs[name])
+
+    def _container(self, node: NestedContainer) -> None:
+        enc = self.enc
+        enc.write_raw(_CONTAINERS.get(type(node), b"?") + b"%d:" % len(node.args))
+        if type(node) is Set:
+            for digest in sorted(enc.digest_of(a) for a in node.args):
+                enc.write_raw(digest)
+            return
+        for arg in node.args:
+            enc.encode(arg)
+
+    def _dep_digest(self, key: Key) -> bytes:
+        digest = self.digests.get(key)
+        if digest is not None:
+            return digest
+        if key in self.result.volatile:
+            raise _VolatileDependency(key)
+        if key not in self.graph:
+            raise VolatileValue(f"depends on {key!r}, which is not in the graph "
+                                "(data held by a distributed Future)")
+        raise RuntimeError(f"{key!r} was not hashed before its dependents")
+
+    def _label(self, func: Any) -> str:
+        """A readable name for entries of this function (computed once per function)."""
+        label = self._labels.get(id(func))
+        if label is None:
+            try:
+                label = funcname(func)
+            except Exception:
+                label = type(func).__name__
+            self._labels[id(func)] = label
+        return label
+
+    # -- graph nodes inside arguments -------------------------------------------------------
+
+    def _ref(self, enc: Encoder, obj: TaskRef) -> None:
+        enc.write_raw(b"R" + self._dep_digest(obj.key))
+
+    def _alias(self, enc: Encoder, obj: Alias) -> None:
+        enc.write_raw(b"R" + self._dep_digest(obj.target))
+
+    def _nested(self, enc: Encoder, obj: NestedContainer) -> None:
+        self._container(obj)
+
+    def _inlined_task(self, enc: Encoder, obj: Task) -> None:
+        # Hash an inlined task exactly as if it were its own graph node.
+        with enc.sub_digest(self.prefix) as sub:
+            self._task_body(obj)
+        enc.write_raw(b"R" + sub.value)
+
+    def _data(self, enc: Encoder, obj: DataNode) -> None:
+        enc.encode(obj.value)
+
+
+def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
+               annotations: Any = None) -> GraphHashes:
+    """Hash the nodes of ``graph`` named in ``order`` (dependencies first).
+
+    ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
+    :class:`~client_lib.graph.Materialized`): ``cache=False`` makes a task volatile and
+    ``cache_version=...`` replaces its function's code in the hash.
+    """
+    result = GraphHasher(graph, namespace, annotations).run(order)
+    result.pinned = side_effect_keys(graph, order)
+    return result
