@@ -8,6 +8,7 @@ from . import config as _config  # noqa: F401  (registers the result-cache defau
 from .api import cached_compute, task_hashes
 from .errors import (
     CacheAccessDenied,
+    CacheEntryCorrupt,
     CacheEntryUnavailable,
     CacheProtocolError,
     CacheUnavailable,
@@ -23,6 +24,7 @@ __all__ = [
     "KEY_VERSION",
     "CacheAccessDenied",
     "CacheClient",
+    "CacheEntryCorrupt",
     "CacheEntryUnavailable",
     "CacheProtocolError",
     "CacheReport",

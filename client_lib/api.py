@@ -1,8 +1,8 @@
 """``cached_compute``: a drop-in for ``dask.compute`` that loads what the cache holds.
 
-The steps of DESIGN.md section 1: materialise, unfuse, hash, one batch lookup, rewrite,
-run on the user's scheduler, finalise. A cache outage never fails the computation: it
-warns once and computes without the cache.
+The steps (docs/architecture.md, What flows where): materialise, unfuse, hash, one batch
+lookup, rewrite, run on the user's scheduler, finalise. A cache outage never fails the
+computation: it warns once and computes without the cache.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import logging
 import sys
 import time
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Hashable, Set
 from typing import Any
@@ -23,6 +22,7 @@ from dask.base import get_scheduler, unpack_collections
 from .errors import CacheAccessDenied, CacheEntryUnavailable, ResultCacheError
 from .graph import Materialized, materialize, toposort, unfuse
 from .hashing import GraphHashes, hash_graph
+from .notices import warn_once
 from .policy import resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
@@ -32,18 +32,7 @@ from .transport import CacheClient
 __all__ = ["cached_compute", "resolve_cache", "task_hashes"]
 
 logger = logging.getLogger("client_lib")
-_warned: set[str] = set()
 Key = Hashable
-
-
-def _warn_once(key: str, message: str) -> None:
-    """Warn about ``key`` (a cache URL) once per process; later occurrences only log."""
-    if key in _warned:
-        logger.info(message)
-        return
-    _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-    logger.warning(message)
 
 
 def resolve_cache(cache: Any = None) -> CacheClient | None:
@@ -105,7 +94,8 @@ def cached_compute(
     lap("materialize")
     if client is None:
         report.fallback = "no cache configured (set result-cache.url or pass cache=)"
-        _warn_once("", f"cached_compute: {report.fallback}; computing without the cache")
+        warn_once(f"cached_compute: {report.fallback}; computing without the cache",
+                  key="cached_compute: no cache", user_warning=True)
         return repack(_run(schedule, m.graph, m, compute_kwargs))
 
     fused = m
@@ -123,8 +113,8 @@ def cached_compute(
     except ResultCacheError as exc:
         problem = "refused access" if isinstance(exc, CacheAccessDenied) else "unreachable"
         report.fallback = f"cache server {problem} ({exc})"
-        _warn_once(client.url, f"cached_compute: {report.fallback}; computing without the "
-                   "cache")
+        warn_once(f"cached_compute: {report.fallback}; computing without the cache",
+                  key=f"cached_compute: {client.url}", user_warning=True)
         return repack(_run(schedule, fused.graph, fused, compute_kwargs))
     lap("lookup")
 

@@ -8,7 +8,7 @@ slices over the array's own buffer, so an upload streams straight from the resul
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ import xxhash
 
 from .errors import CacheProtocolError
 
-__all__ = ["CHUNK_BYTES", "Encoded", "decode", "encode", "content_digest"]
+__all__ = ["CHUNK_BYTES", "Encoded", "content_hasher", "decode", "encode"]
 
 CHUNK_BYTES = 1 << 20
 _ARRAY_KINDS = frozenset("biufcmMSU")
@@ -45,19 +45,13 @@ class Encoded:
             yield body[start:start + size]
 
 
-def _header(kind: str, dtype: str, shape: str) -> bytes:
-    return f"{kind}\n{dtype}\n{shape}\n".encode("ascii")
+def content_hasher(kind: str, dtype: str, shape: str) -> xxhash.xxh3_128:
+    """The content digest as the protocol defines it, xxh3_128 over the metadata header
+    and then the body: fed the header here, to be updated with the body's bytes."""
+    return xxhash.xxh3_128(f"{kind}\n{dtype}\n{shape}\n".encode("ascii"))
 
 
-def content_digest(kind: str, dtype: str, shape: str, chunks: Iterable[Any]) -> str:
-    """xxh3_128 over the metadata header and the body, as the protocol defines it."""
-    hasher = xxhash.xxh3_128(_header(kind, dtype, shape))
-    for chunk in chunks:
-        hasher.update(chunk)
-    return hasher.hexdigest()
-
-
-def is_wire_array(value: Any) -> bool:
+def _is_wire_array(value: Any) -> bool:
     """Plain ndarrays of a fixed-width, non-object dtype travel as raw bytes."""
     return (type(value) is np.ndarray and value.dtype.kind in _ARRAY_KINDS
             and value.dtype.fields is None and value.dtype.subdtype is None)
@@ -65,7 +59,7 @@ def is_wire_array(value: Any) -> bool:
 
 def encode(value: Any) -> Encoded:
     type_name = f"{type(value).__module__}.{type(value).__qualname__}"
-    if is_wire_array(value):
+    if _is_wire_array(value):
         # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
         arr = value if value.flags.c_contiguous else np.array(value, order="C")
         body = memoryview(arr.reshape(-1).view(np.uint8))
@@ -74,7 +68,7 @@ def encode(value: Any) -> Encoded:
     else:
         body = memoryview(cloudpickle.dumps(value, protocol=5))
         kind, dtype, shape = "pickle", "", ""
-    digest = xxhash.xxh3_128(_header(kind, dtype, shape))
+    digest = content_hasher(kind, dtype, shape)
     digest.update(body)
     return Encoded(kind, dtype, shape, type_name, body, digest.hexdigest())
 

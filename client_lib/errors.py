@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "CacheAccessDenied",
+    "CacheEntryCorrupt",
     "CacheEntryUnavailable",
     "CacheProtocolError",
     "CacheUnavailable",
@@ -52,6 +53,18 @@ class CacheEntryUnavailable(ResultCacheError):
 
     def __str__(self) -> str:
         return f"cache entry {self.task_hash} unavailable: {self.reason}"
+
+
+class CacheEntryCorrupt(CacheEntryUnavailable):
+    """A downloaded object does not match its digest: its bytes were damaged on the way
+    (the server verifies what it reads). The value is never returned; the entry is left to
+    the server."""
+
+    def __init__(self, task_hash: str, expected: str, actual: str) -> None:
+        super().__init__(task_hash, f"downloaded bytes hash to {actual}, not {expected}")
+        self.args = (task_hash, expected, actual)  # rebuilt as such when unpickled
+        self.expected = expected
+        self.actual = actual
 
 
 class VolatileValue(ResultCacheError):

@@ -1,19 +1,32 @@
-"""Which computed results are worth storing. Pure functions, no I/O. DESIGN.md section 3.
+"""Which computed results are worth storing. Pure functions, no I/O. docs/architecture.md,
+The rewrite.
 
 A policy is consulted twice: before the run (``wraps``: may this task be stored at all,
-so it is worth wrapping) and on the worker after the task ran (``should_store``, with the
-measured compute time and result size).
+so it is worth wrapping) and on the worker after the task ran (``may_store``, a cheap
+shortcut, then ``should_store`` with the measured compute time and result size). One
+class per mode; :func:`resolve_policy` turns the user's ``"auto" | "all" | "outputs" |
+"none" | callable`` into one.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import dask.config
 
-__all__ = ["AutoPolicy", "Candidate", "Policy", "resolve_policy"]
+__all__ = [
+    "AllPolicy",
+    "AutoPolicy",
+    "CallablePolicy",
+    "Candidate",
+    "NonePolicy",
+    "OutputsPolicy",
+    "Policy",
+    "resolve_policy",
+]
 
 
 @dataclass(frozen=True)
@@ -28,18 +41,11 @@ class Candidate:
     is_output: bool
 
 
-@dataclass(frozen=True)
-class Policy:
-    """``mode``: ``"all"``, ``"outputs"``, ``"none"``, or ``"callable"`` with ``func``."""
-
-    mode: str
-    func: Callable[[Candidate], bool] | None = None
+class Policy(ABC):
+    """What to store. Subclasses are frozen dataclasses: they travel to the workers."""
 
     def wraps(self, is_output: bool) -> bool:
-        if self.mode == "none":
-            return False
-        if self.mode == "outputs":
-            return is_output
+        """Whether a task's result could be stored at all (decided before the run)."""
         return True
 
     def may_store(self, cost_seconds: float, is_output: bool) -> bool:
@@ -48,11 +54,9 @@ class Policy:
         task, as much as a trivial task itself)."""
         return True
 
+    @abstractmethod
     def should_store(self, c: Candidate) -> bool:
-        if self.mode == "callable":
-            assert self.func is not None
-            return bool(self.func(c))
-        return self.wraps(c.is_output)
+        """The decision, on the worker, once the result exists."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,6 @@ class AutoPolicy(Policy):
     throughput. Requested outputs are always stored.
     """
 
-    mode: str = "auto"
     latency: float = 0.005
     throughput: float = 500e6
 
@@ -81,6 +84,50 @@ class AutoPolicy(Policy):
         return c.compute_seconds + c.upstream_seconds > self.load_seconds(c.nbytes)
 
 
+@dataclass(frozen=True)
+class AllPolicy(Policy):
+    """Store every result."""
+
+    def should_store(self, c: Candidate) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class OutputsPolicy(Policy):
+    """Store the requested outputs only."""
+
+    def wraps(self, is_output: bool) -> bool:
+        return is_output
+
+    def should_store(self, c: Candidate) -> bool:
+        return c.is_output
+
+
+@dataclass(frozen=True)
+class NonePolicy(Policy):
+    """Store nothing (loads still happen)."""
+
+    def wraps(self, is_output: bool) -> bool:
+        return False
+
+    def should_store(self, c: Candidate) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class CallablePolicy(Policy):
+    """Store what the user's function says, given each :class:`Candidate`."""
+
+    func: Callable[[Candidate], bool]
+
+    def should_store(self, c: Candidate) -> bool:
+        return bool(self.func(c))
+
+
+_NAMED: dict[str, type[Policy]] = {"all": AllPolicy, "outputs": OutputsPolicy,
+                                   "none": NonePolicy}
+
+
 def resolve_policy(policy: Any = None) -> Policy:
     """A :class:`Policy` from ``None`` (config ``result-cache.policy``), a name, a
     callable taking a :class:`Candidate`, or a :class:`Policy`."""
@@ -89,13 +136,13 @@ def resolve_policy(policy: Any = None) -> Policy:
     if isinstance(policy, Policy):
         return policy
     if callable(policy):
-        return Policy("callable", policy)
+        return CallablePolicy(policy)
     if policy == "auto":
         return AutoPolicy(
             latency=float(dask.config.get("result-cache.auto.latency", 0.005)),
             throughput=float(dask.config.get("result-cache.auto.throughput", 500e6)),
         )
-    if policy in ("all", "outputs", "none"):
-        return Policy(policy)
+    if policy in _NAMED:
+        return _NAMED[policy]()
     raise ValueError(f"unknown cache policy {policy!r}: use 'auto', 'all', 'outputs', "
                      "'none' or a callable taking a client_lib.Candidate")

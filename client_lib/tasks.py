@@ -9,7 +9,6 @@ so ``cached_compute`` can recompute without that entry.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import defaultdict
@@ -19,18 +18,16 @@ from typing import Any
 from dask.sizeof import sizeof
 
 from .errors import CacheAccessDenied, CacheEntryUnavailable, CacheUnavailable, ResultCacheError
+from .notices import warn_once
 from .policy import Candidate, Policy
 from .transport import CacheClient
 
 __all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group"]
 
-logger = logging.getLogger("client_lib")
-
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
 _lock = threading.Lock()
-_warned: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -51,14 +48,6 @@ class StoreSpec:
     label: str
     is_output: bool
     dep_hashes: tuple[str, ...]
-
-
-def _warn_once(message: str) -> None:
-    with _lock:
-        if message in _warned:
-            return
-        _warned.add(message)
-    logger.warning(message)
 
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
@@ -101,13 +90,13 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
             if run.cache.put(spec.task_hash, value, seconds + upstream, spec.label):
                 count(run.run_id, "stored")
     except CacheUnavailable as exc:
-        _warn_once(f"result cache: storing results failed, continuing without: {exc}")
+        warn_once(f"result cache: storing results failed, continuing without: {exc}")
     except CacheAccessDenied as exc:  # one message per server and problem
-        _warn_once(f"result cache: {spec.run.cache.url} refused to store results "
-                   f"({exc.status}: {exc.hint}); continuing without storing")
+        warn_once(f"result cache: {spec.run.cache.url} refused to store results "
+                  f"({exc.status}: {exc.hint}); continuing without storing")
     except Exception as exc:  # a cache problem must never fail the computation
-        _warn_once(f"result cache: could not store a {type(value).__name__} "
-                   f"({spec.label}): {type(exc).__name__}: {exc}")
+        warn_once(f"result cache: could not store a {type(value).__name__} "
+                  f"({spec.label}): {type(exc).__name__}: {exc}")
 
 
 def run_and_store(spec: StoreSpec, func: Any, kwargs: dict | None, *args: Any) -> Any:
@@ -145,16 +134,17 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
 
 
 def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
-    """Load a cached result; never returns a value that failed verification."""
+    """Load a cached result; never returns a value that failed verification.
+
+    Any failure is a :class:`CacheEntryUnavailable` (``cached_compute`` then recomputes
+    without the entry). A download that does not match its digest
+    (:class:`CacheEntryCorrupt`) leaves the entry alone: the server verified the object
+    when it read it, so the bytes went bad on the way, and the server handles its own
+    corruption (it drops an entry whose object fails verification on read).
+    """
     try:
-        value = cache.get(task_hash)
-    except CacheEntryUnavailable as exc:
-        if "digest" in exc.reason:
-            try:  # the bytes are bad: drop the entry so nobody else is served them
-                cache.delete(task_hash)
-            except ResultCacheError:
-                pass
+        return cache.get(task_hash)
+    except CacheEntryUnavailable:
         raise
     except ResultCacheError as exc:
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
-    return value

@@ -18,24 +18,20 @@ from typing import Any
 
 import dask.config
 import httpx
-import xxhash
 
 from . import codec
 from .errors import (
     CacheAccessDenied,
+    CacheEntryCorrupt,
     CacheEntryUnavailable,
     CacheProtocolError,
     CacheUnavailable,
 )
 
-__all__ = ["CacheClient", "StoredEntry"]
+__all__ = ["CacheClient"]
 
 _TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=300.0, pool=60.0)
 _LOOKUP_BATCH = 200_000
-
-
-class StoredEntry(dict):
-    """A manifest as the server returns it (``GET /v1/entries/{hash}``)."""
 
 
 class CacheClient:
@@ -109,17 +105,19 @@ class CacheClient:
             response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise CacheUnavailable(f"{method} {self.url}{path} failed: {exc}") from exc
-        if response.status_code >= 500 and response.status_code != 507:  # 507: no room
-            raise CacheUnavailable(f"{method} {self.url}{path}: {response.status_code} "
-                                   f"{_detail(response)}")
-        self._check_access(response)
+        self._check_status(response)
         return response
 
-    def _check_access(self, response: httpx.Response) -> None:
+    def _check_status(self, response: httpx.Response) -> None:
+        """The one mapping of statuses every request shares: a server error (5xx, but 507:
+        no room) is :class:`CacheUnavailable`, a refused token (401/403)
+        :class:`CacheAccessDenied` with a hint. Other statuses are the caller's."""
         status = response.status_code
+        what = f"{response.request.method} {self.url}{response.request.url.path}"
+        if status >= 500 and status != 507:
+            raise CacheUnavailable(f"{what}: {status} {_detail(response)}")
         if status not in (401, 403):
             return
-        what = f"{response.request.method} {self.url}{response.request.url.path}"
         if status == 401 and not self.token:
             hint = ("the server requires a token: set result-cache.token "
                     "(DASK_RESULT_CACHE__TOKEN)")
@@ -154,12 +152,13 @@ class CacheClient:
         _expect(response, 200)
         return response.json()
 
-    def entry(self, task_hash: str) -> StoredEntry | None:
+    def entry(self, task_hash: str) -> dict[str, Any] | None:
+        """The entry's manifest as the server describes it, or ``None``."""
         response = self._request("GET", f"/v1/entries/{task_hash}")
         if response.status_code == 404:
             return None
         _expect(response, 200)
-        return StoredEntry(response.json())
+        return response.json()
 
     def delete(self, task_hash: str) -> bool:
         response = self._request("DELETE", f"/v1/entries/{task_hash}")
@@ -207,17 +206,16 @@ class CacheClient:
     def get(self, task_hash: str) -> Any:
         """Load and verify the value stored under ``task_hash``.
 
-        Raises :class:`CacheEntryUnavailable` if the entry is gone or its bytes do not
-        match their digest (the value is never returned then).
+        Raises :class:`CacheEntryUnavailable` if the entry is gone, and its subclass
+        :class:`CacheEntryCorrupt` if the bytes do not match their digest (the value is
+        never returned then).
         """
         path = f"/v1/objects/{task_hash}"
         try:
             with self.http.stream("GET", path) as response:
                 if response.status_code == 404:
                     raise CacheEntryUnavailable(task_hash, "not found")
-                if response.status_code >= 500:
-                    raise CacheUnavailable(f"GET {path}: {response.status_code}")
-                self._check_access(response)
+                self._check_status(response)
                 _expect(response, 200)
                 h = response.headers
                 kind, digest = h["x-result-kind"], h["x-result-digest"]
@@ -227,10 +225,10 @@ class CacheClient:
             raise CacheUnavailable(f"GET {self.url}{path} failed: {exc}") from exc
         except KeyError as exc:
             raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
-        actual = body[1]
+        data, actual = body
         if actual != digest:
-            raise CacheEntryUnavailable(task_hash, "downloaded bytes do not match digest")
-        return codec.decode(kind, dtype, shape, body[0])
+            raise CacheEntryCorrupt(task_hash, digest, actual)
+        return codec.decode(kind, dtype, shape, data)
 
 
 def _read_body(response: httpx.Response, kind: str, dtype: str,
@@ -240,7 +238,7 @@ def _read_body(response: httpx.Response, kind: str, dtype: str,
     Pieces are taken as the connection delivers them (``iter_raw()`` without a size):
     with a size httpx re-assembles them in a ``BytesIO`` first, two more copies of the body.
     """
-    hasher = xxhash.xxh3_128(f"{kind}\n{dtype}\n{shape}\n".encode("ascii"))
+    hasher = codec.content_hasher(kind, dtype, shape)
     length = response.headers.get("content-length")
     if length is not None:
         size = int(length)

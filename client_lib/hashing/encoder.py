@@ -36,7 +36,7 @@ __all__ = ["CodeFingerprints", "Encoder", "SubDigest"]
 _xxh3 = xxhash.xxh3_128_digest
 _pack_d = struct.Struct("<d").pack
 _pack_dd = struct.Struct("<dd").pack
-INLINE_BYTES = 4096  # longer byte strings are represented by their digest
+_INLINE_BYTES = 4096  # longer byte strings are represented by their digest
 _MAX_DEPTH = 200
 
 
@@ -176,7 +176,7 @@ class Encoder:
 
     def write_buffer(self, tag: bytes, data: Any) -> None:
         """A bytes-like value: inline when short, else its length and digest."""
-        if len(data) <= INLINE_BYTES:
+        if len(data) <= _INLINE_BYTES:
             self._out.append(tag + b"%d:" % len(data))
             self._out.append(bytes(data))
         else:
@@ -267,7 +267,7 @@ class Encoder:
         self._out.append(b"c" + _pack_dd(obj.real, obj.imag))
 
     def _bytes(self, obj: bytes | bytearray) -> None:
-        self.write_buffer(b"b", bytes(obj) if len(obj) <= INLINE_BYTES else obj)
+        self.write_buffer(b"b", bytes(obj) if len(obj) <= _INLINE_BYTES else obj)
 
     def _memoryview(self, obj: memoryview) -> None:
         self.write_buffer(b"b", obj.cast("B") if obj.contiguous else obj.tobytes())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from client_lib.policy import AutoPolicy, Candidate, Policy, resolve_policy
+from client_lib.policy import AutoPolicy, Candidate, resolve_policy
 
 
 def _candidate(seconds: float, nbytes: int, *, upstream: float = 0.0,
@@ -38,5 +38,26 @@ def test_auto_shortcut_agrees_with_the_full_decision(seconds: float, upstream: f
 
 
 def test_other_policies_always_measure() -> None:
-    for policy in (Policy("all"), Policy("outputs"), resolve_policy(lambda c: True)):
+    for policy in (resolve_policy("all"), resolve_policy("outputs"),
+                   resolve_policy(lambda c: True)):
         assert policy.may_store(0.0, False)
+
+
+@pytest.mark.parametrize("name,outputs,others", [
+    ("all", True, True), ("outputs", True, False), ("none", False, False),
+])
+def test_named_policies_store_what_their_names_say(name: str, outputs: bool,
+                                                   others: bool) -> None:
+    policy = resolve_policy(name)
+    assert policy.wraps(True) == outputs and policy.wraps(False) == others
+    slow_and_small = _candidate(10.0, 1)
+    assert policy.should_store(_candidate(10.0, 1, is_output=True)) == outputs
+    assert policy.should_store(slow_and_small) == others
+
+
+def test_a_callable_decides_and_an_unknown_name_is_refused() -> None:
+    policy = resolve_policy(lambda c: c.nbytes < 100)
+    assert policy.should_store(_candidate(0.0, 99))
+    assert not policy.should_store(_candidate(0.0, 100))
+    with pytest.raises(ValueError, match="unknown cache policy 'sometimes'"):
+        resolve_policy("sometimes")

@@ -1,0 +1,60 @@
+"""A faulty network between a client and a cache server: an HTTP proxy on a free port
+that forwards every request and flips one byte in the body of every object it returns
+(``GET /v1/objects/...``), as a bad link or a broken middlebox would."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+
+__all__ = ["corrupting_proxy"]
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
+
+
+def _handler(upstream: httpx.Client) -> type[BaseHTTPRequestHandler]:
+    class Forward(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _forward(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            response = upstream.request(self.command, self.path, content=body,
+                                        headers=headers)
+            content = bytearray(response.content)
+            if (self.command == "GET" and self.path.startswith("/v1/objects/")
+                    and response.status_code == 200 and content):
+                content[len(content) // 2] ^= 0xFF
+            self.send_response(response.status_code)
+            for key, value in response.headers.items():
+                if key.lower() not in _HOP_BY_HOP:
+                    self.send_header(key, value)
+            self.send_header("Content-Length", str(len(content)))
+            self.end_headers()
+            self.wfile.write(content)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    return Forward
+
+
+@contextmanager
+def corrupting_proxy(upstream_url: str) -> Iterator[str]:
+    """The URL of a proxy to ``upstream_url`` that corrupts downloaded objects."""
+    with httpx.Client(base_url=upstream_url, timeout=30) as upstream:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream))
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            server.server_close()

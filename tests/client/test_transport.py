@@ -1,0 +1,77 @@
+"""``CacheClient`` against a real server: what each failure raises, and that a download
+damaged on the way is refused without touching the entry the server verified."""
+
+from __future__ import annotations
+
+import uuid
+
+import dask
+import numpy as np
+import pytest
+
+from client_lib import (
+    CacheAccessDenied,
+    CacheClient,
+    CacheEntryCorrupt,
+    CacheEntryUnavailable,
+    CacheUnavailable,
+    cached_compute,
+    last_report,
+)
+from tests._servers import free_port
+from tests.client._corrupting_proxy import corrupting_proxy
+
+
+def _hash() -> str:
+    return uuid.uuid4().hex
+
+
+def test_a_download_damaged_on_the_way_is_refused_and_the_entry_kept(cache_server):
+    task_hash = _hash()
+    value = np.arange(1000.0)
+    direct = CacheClient(cache_server.url)
+    assert direct.put(task_hash, value, 1.0, "label")
+    with corrupting_proxy(cache_server.url) as url:
+        with pytest.raises(CacheEntryCorrupt) as caught:
+            CacheClient(url).get(task_hash)
+    assert isinstance(caught.value, CacheEntryUnavailable)  # a load failure like any other
+    assert caught.value.task_hash == task_hash and caught.value.expected != caught.value.actual
+    np.testing.assert_array_equal(direct.get(task_hash), value)  # still there, still good
+
+
+def test_cached_compute_recomputes_over_a_damaging_link_and_leaves_the_cache_alone(
+        cache_server):
+    ns = uuid.uuid4().hex
+    expr = dask.delayed(np.arange, pure=True)(500.0, dask_key_name="r")
+    (cold,) = cached_compute(expr, cache=cache_server.url, namespace=ns, policy="all",
+                             scheduler="threads")
+    with corrupting_proxy(cache_server.url) as url:
+        (value,) = cached_compute(expr, cache=url, namespace=ns, scheduler="threads",
+                                  policy="none")  # stores nothing again
+    np.testing.assert_array_equal(value, cold)
+    assert last_report().retried  # refused, recomputed
+    (again,) = cached_compute(expr, cache=cache_server.url, namespace=ns,
+                              scheduler="threads")
+    np.testing.assert_array_equal(again, cold)
+    report = last_report()
+    assert report.loaded == 1 and report.computed == 0 and not report.retried
+
+
+def test_server_errors_and_refusals_map_the_same_for_every_request(fresh_server):
+    server = fresh_server(tokens="read:r0123456789abcdef,write:w0123456789abcdef")
+    anonymous = CacheClient(server.url)
+    for call in (lambda: anonymous.lookup([_hash()]), lambda: anonymous.get(_hash()),
+                 lambda: anonymous.stats(), lambda: anonymous.entry(_hash())):
+        with pytest.raises(CacheAccessDenied) as caught:
+            call()
+        assert caught.value.status == 401 and "result-cache.token" in caught.value.hint
+    down = CacheClient(f"http://127.0.0.1:{free_port()}")
+    for call in (lambda: down.lookup([_hash()]), lambda: down.get(_hash())):
+        with pytest.raises(CacheUnavailable):
+            call()
+
+
+def test_a_missing_entry_is_unavailable_not_corrupt(cache_server):
+    with pytest.raises(CacheEntryUnavailable) as caught:
+        CacheClient(cache_server.url).get(_hash())
+    assert type(caught.value) is CacheEntryUnavailable and caught.value.reason == "not found"
