@@ -125,7 +125,8 @@ def cached_compute(
         if attempt == 2:
             report.fallback = "entries kept failing to load; computed without loads"
         rewritten = rewrite(m, order, hashes, cacheable, usable, client, store_policy, run_id)
-        report.hits = len(cacheable_hashes & usable)
+        # Tasks, like ``cacheable`` (equal tasks, e.g. chunks of ``da.ones``, share a hash).
+        report.hits = sum(h in usable for h in cacheable.values())
         report.loaded = rewritten.loaded
         report.culled = rewritten.culled
         report.computed = rewritten.computed

@@ -21,6 +21,9 @@ class CacheReport:
     """Counts for one run. ``stored`` is ``None`` when the stores happened in other
     processes (process pool, distributed workers) and were not counted here.
 
+    Every count is of tasks: ``cacheable`` tasks may be looked up and stored, ``hits`` of
+    them were found in the cache (tasks that compute the same thing share one entry).
+
     ``loaded_keys`` and ``computed_keys`` name the tasks behind ``loaded`` and
     ``computed``, for debugging misses: keys of the graph as hashed, that is after
     unfusing (an operation that Dask fused into another task's key ``k`` appears as

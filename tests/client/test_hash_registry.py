@@ -12,16 +12,9 @@ import dask
 import pandas as pd
 
 from client_lib import register, task_hashes
+from tests.client._value_hash import identity, value_hash
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def identity(x):
-    return x
-
-
-def value_hash(value) -> str | None:
-    return task_hashes(dask.delayed(identity, pure=True)(value, dask_key_name="v"))["v"]
 
 
 class Grid:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import client_lib
-from tests.storage.test_layering import imported_modules
+from tests._imports import imported_modules
 
 FORBIDDEN = ("cache_server", "storage")
 

@@ -9,22 +9,17 @@ import struct
 import subprocess
 import sys
 
-import dask
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from client_lib import task_hashes
-
-
-def identity(x):
-    return x
+from tests.client import _value_hash
 
 
 def value_hash(value) -> str:
-    h = task_hashes(dask.delayed(identity, pure=True)(value, dask_key_name="v"))["v"]
+    h = _value_hash.value_hash(value)
     assert h is not None
     return h
 
@@ -112,8 +107,7 @@ def test_distinct_lookalikes_hash_differently():
 
 _CHILD = """
 import json, pickle, sys
-import dask
-from tests.client.test_value_hashing import value_hash
+from tests.client._value_hash import value_hash
 values = pickle.load(open(sys.argv[1], "rb"))
 json.dump([value_hash(v) for v in values], sys.stdout)
 """

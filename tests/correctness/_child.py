@@ -10,9 +10,7 @@ module names (``pipe``, ``helpers``) do not see each other.
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import pickle
 import sys
 import traceback
@@ -20,26 +18,16 @@ import traceback
 import dask
 
 from client_lib import cached_compute, last_report
-
-
-def _forget_modules(directory: str) -> None:
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) or ""
-        if path.startswith(directory + os.sep):
-            del sys.modules[name]
+from tests.correctness._projects import imported_project
 
 
 def run_case(case: dict, url: str) -> dict:
-    directory = case["dir"]
-    cwd = os.getcwd()
-    sys.path.insert(0, directory)
-    importlib.invalidate_caches()
     try:
-        pipe = importlib.import_module("pipe")
-        values = cached_compute(*pipe.build(), cache=url, namespace=case["namespace"],
-                                policy="all", scheduler="threads")
-        report = last_report()
-        expected = dask.compute(*pipe.build(), scheduler="threads")
+        with imported_project(case["dir"]) as pipe:
+            values = cached_compute(*pipe.build(), cache=url, namespace=case["namespace"],
+                                    policy="all", scheduler="threads")
+            report = last_report()
+            expected = dask.compute(*pipe.build(), scheduler="threads")
         return {
             "value": values,
             "expected": expected,
@@ -53,10 +41,6 @@ def run_case(case: dict, url: str) -> dict:
         }
     except Exception:
         return {"error": traceback.format_exc()}
-    finally:
-        sys.path.remove(directory)
-        os.chdir(cwd)
-        _forget_modules(directory)
 
 
 def main(spec_path: str, out_path: str) -> int:

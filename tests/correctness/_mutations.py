@@ -1,141 +1,28 @@
-"""The mutation cases: a small user project, one edit, and what must recompute.
-
-Each case is a directory with a module ``pipe`` (and any helper modules it imports) whose
-``build()`` returns the collections to compute. Most cases share one shape,
-
-    a = step_a(ARG)     b = step_b(a)     c = step_c(b)          (outputs c and side)
-    side_in()           side = side_op(side_in)
-
-and edit something that ``step_b`` depends on, so exactly ``b`` and ``c`` must recompute
-while ``a`` is loaded and ``side`` stays a hit. Array cases read files and expect every task
-outside the ``side`` branch to recompute. Test-side only: nothing here imports client_lib.
+"""The catalogue of code-edit cases: a small user project, one edit, and what must
+recompute. One catalogue for both suites: ``tests/correctness/test_mutations.py`` runs every
+case in fresh processes against a real server, ``tests/client/test_hashing.py`` checks the
+same edits in-process at the level of task hashes. The projects' shapes are in
+:mod:`tests.correctness._projects`. Test-side only: nothing here imports client_lib.
 """
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CASES", "Case", "LIBRARIES", "MAIN", "EVERYTHING", "key_name"]
+from tests.correctness._projects import (
+    EVERYTHING,
+    MAIN,
+    Case,
+    api_pipe,
+    array_pipe,
+    delayed_case,
+    pipe,
+)
 
-MAIN = "main"  # every task outside the side branch recomputes
-EVERYTHING = "everything"  # every task recomputes (a new namespace)
-
-
-def key_name(key: object) -> str:
-    """``"b"`` for ``"b"``, ``"sum-aggregate-..."`` for ``("sum-aggregate-...", 0)``."""
-    return key if isinstance(key, str) else str(key[0])  # type: ignore[index]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One edit. ``files`` is the project before the edit and ``edit`` the files the edit
-    rewrites; ``recompute`` is the set of task names that must run after the edit (or
-    ``MAIN``/``EVERYTHING``; ``None``: any, only the result is checked). ``data`` writes
-    input files before the first run and ``edit_data`` changes them in place."""
-
-    name: str
-    files: dict[str, str]
-    edit: dict[str, str] = field(default_factory=dict)
-    recompute: frozenset[str] | str | None = frozenset({"b", "c"})
-    data: Callable[[Path], None] | None = None
-    edit_data: Callable[[Path], None] | None = None
-    new_namespace: bool = False
-    same_result: bool = False  # the edit keeps the value (a rechunk, a version bump)
-    library: str | None = None  # the tiny installed package the case uses, if any
-
-    @property
-    def slug(self) -> str:
-        return "".join(c if c.isalnum() else "_" for c in self.name.lower())
-
-
-# The branch that no edit touches: it must stay a hit.
-SIDE = '''\
-def side_in():
-    return 40
-
-
-def side_op(x):
-    return x + 2
-
-
-def side():
-    s = dask.delayed(side_in, pure=True)(dask_key_name="side_in")
-    return dask.delayed(side_op, pure=True)(s, dask_key_name="side")
-'''
-
-PIPE = '''\
-import functools
-
-import dask
-import numpy as np
-{header}
-
-def step_a(x):
-{a_body}
-
-{defs}
-
-def step_c(x):
-    return x - 3
-
-
-{side}
-
-def build():
-{prepare}
-    a = dask.delayed(step_a, pure=True)({arg}, dask_key_name="a")
-    b = dask.delayed(step_b, pure=True)(a, dask_key_name="b")
-    c = dask.delayed(step_c, pure=True)(b, dask_key_name="c")
-    return [c, side()]
-'''
-
-
-def pipe(defs: str = "def step_b(x):\n    return x * 2", *, header: str = "",
-         arg: str = "1", prepare: str = "pass", a_body: str = "return x + 1") -> str:
-    return PIPE.format(header=header, side=SIDE, defs=textwrap.dedent(defs).strip() + "\n",
-                       a_body=textwrap.indent(a_body, "    "),
-                       arg=arg, prepare=textwrap.indent(textwrap.dedent(prepare).strip(),
-                                                        "    "))
-
-
-def delayed_case(name: str, before: dict, after: dict, helpers: dict | None = None,
-                 edited_helpers: dict | None = None, **options) -> Case:
-    """A case on the shared shape: ``before``/``after`` are keyword arguments of
-    :func:`pipe`; ``helpers`` are other files of the project."""
-    files = {"pipe.py": pipe(**before), **(helpers or {})}
-    edit = dict(edited_helpers or {})
-    if after != before:
-        edit["pipe.py"] = pipe(**after)
-    return Case(name, files, edit, **options)
-
-
-ARRAY_PIPE = '''\
-import os
-
-import dask
-import dask.array as da
-import numpy as np
-{header}
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-{side}
-
-def build():
-{body}
-    return [(x * 2).sum(axis=0), x[::3].mean(), side()]
-'''
-
-
-def array_pipe(body: str, header: str = "") -> str:
-    return ARRAY_PIPE.format(header=header, side=SIDE,
-                             body=textwrap.indent(textwrap.dedent(body).strip(), "    "))
+__all__ = ["CASES", "LIBRARIES"]
 
 
 # -- data files ---------------------------------------------------------------------------
@@ -412,6 +299,133 @@ CASES: list[Case] = [
         recompute=frozenset({"t", "a", "b", "c"}), data=_write_csv, edit_data=_edit_csv,
     ),
 ]
+
+
+# -- kinds of edit the in-process hash tests covered first ---------------------------------
+
+SINGLEDISPATCH = """
+@functools.singledispatch
+def helper(x):
+    return x
+
+
+@helper.register(int)
+def _(x):
+    return x * {k}
+"""
+
+CACHED_PROPERTY = """
+class Config:
+    @functools.cached_property
+    def k(self):
+        return {k}
+"""
+
+METACLASS = """
+class Meta(type):
+    def __call__(cls):
+        return {k}
+
+
+class Made(metaclass=Meta):
+    pass
+"""
+
+TAGGED = """
+@dataclasses.dataclass
+class Tagged:
+    value: int
+
+
+def tagged(tag):
+    t = Tagged(1)
+    t.tag = tag  # not a field, but part of the object
+    return t
+
+
+def step_b(x):
+    return x * 2
+"""
+
+MODULE_CLOSURE = """
+def make():
+    import helpers
+
+    def scaled(x):
+        return helpers.scale(x)
+    return scaled
+
+
+step_b = make()
+"""
+
+CASES += [
+    delayed_case("body of the last task", {}, {"c_body": "return x - 4"},
+                 recompute=frozenset({"c"})),
+    delayed_case("body of the first task", {}, {"a_body": "return x + 2"},
+                 recompute=frozenset({"a", "b", "c"})),
+    delayed_case("unchanged code moved down a line", {},
+                 {"header": "\n\n# a comment: every function moves down"},
+                 recompute=frozenset(), same_result=True),
+    delayed_case("function attribute",
+                 {"defs": "def step_b(x):\n    return x * step_b.k\n\n\nstep_b.k = 2"},
+                 {"defs": "def step_b(x):\n    return x * step_b.k\n\n\nstep_b.k = 3"}),
+    delayed_case("functools.singledispatch registration",
+                 {"defs": _defs("return helper(x)", SINGLEDISPATCH.format(k=2))},
+                 {"defs": _defs("return helper(x)", SINGLEDISPATCH.format(k=3))}),
+    delayed_case("cached_property of a class the task uses",
+                 {"defs": _defs("return x * Config().k", CACHED_PROPERTY.format(k=2))},
+                 {"defs": _defs("return x * Config().k", CACHED_PROPERTY.format(k=3))}),
+    delayed_case("metaclass",
+                 {"defs": _defs("return x * Made()", METACLASS.format(k=2))},
+                 {"defs": _defs("return x * Made()", METACLASS.format(k=3))}),
+    delayed_case(
+        "dataclass attribute that is not a field",
+        {"header": "import dataclasses", "defs": TAGGED, "arg": "tagged(2)",
+         "a_body": "return x.value + x.tag"},
+        {"header": "import dataclasses", "defs": TAGGED, "arg": "tagged(3)",
+         "a_body": "return x.value + x.tag"},
+        recompute=frozenset({"a", "b", "c"}),
+    ),
+    delayed_case("module imported by the function that made the closure",
+                 {"defs": MODULE_CLOSURE}, {"defs": MODULE_CLOSURE},
+                 {"helpers.py": HELPERS}, {"helpers.py": HELPERS_EDITED}),
+    delayed_case("user module as an argument",
+                 {"header": "import helpers", "arg": "helpers",
+                  "a_body": "return x.scale(1)"},
+                 {"header": "import helpers", "arg": "helpers",
+                  "a_body": "return x.scale(1)"},
+                 {"helpers.py": HELPERS}, {"helpers.py": HELPERS_EDITED},
+                 recompute=frozenset({"a", "b", "c"})),
+]
+
+# A helper edit must reach every collection API that takes a user function. Which tasks
+# depend on the helper is the API's business: the result is checked, and that the side
+# branch stays a hit.
+API_EXPRESSIONS = {
+    "map_blocks": "x.map_blocks(f).sum()",
+    "map_overlap": "x.map_overlap(f, depth=1).sum()",
+    "blockwise": "da.blockwise(f, 'ij', x, 'ij').sum()",
+    "apply_along_axis": "da.apply_along_axis(lambda r: f(r).sum(), 0, x)",
+    "array reduction": "da.reduction(x, lambda a, axis, keepdims: f(a).sum(axis=axis, "
+                       "keepdims=keepdims), lambda a, axis, keepdims: a.sum(axis=axis, "
+                       "keepdims=keepdims), dtype=float)",
+    "bag.map": "b.map(f).sum()",
+    "bag.filter": "b.filter(lambda v: f(v) > 5).count()",
+    "bag.foldby": "b.foldby(lambda v: v % 2, lambda a, v: a + f(v), 0)",
+    "bag.reduction": "b.reduction(lambda p: sum(map(f, p)), sum)",
+    "map_partitions": "df.map_partitions(lambda p: p.assign(v=f(p.v)))",
+    "series.apply": "df.v.apply(f, meta=('v', float))",
+    "groupby.apply": "df.groupby('g').v.apply(lambda s: f(s.sum()), meta=('v', float))",
+    "custom aggregation": "df.groupby('g').v.agg(dd.Aggregation('s', lambda s: f(s.sum()), "
+                          "lambda s: s.sum()))",
+    "assign callable": "df.assign(w=lambda d: f(d.v))",
+    "to_delayed": "dask.delayed(sum)([dask.delayed(f)(v) for v in x.to_delayed().ravel()])",
+}
+
+CASES += [Case(f"helper edit through {api}", {"pipe.py": api_pipe(expr, 2)},
+               {"pipe.py": api_pipe(expr, 3)}, recompute=None)
+          for api, expr in API_EXPRESSIONS.items()]
 
 
 def check_unique() -> None:

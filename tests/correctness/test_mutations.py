@@ -1,6 +1,7 @@
 """Never a stale hit, always a hit when nothing changed: the mutation suite.
 
-Every case in ``_mutations.CASES`` is a small user project written to its own directory.
+Every case of the catalogue (``_mutations.CASES``) is a small user project written to its
+own directory.
 All cases run through ``cached_compute`` (``policy="all"``, so every task is stored) in
 one fresh process against a real cache server; then again, unedited, in a second fresh
 process (which must be all hits); then each case gets its one edit and all run in a third
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import uuid
@@ -24,7 +24,8 @@ import pytest
 
 from tests._compare import assert_same
 from tests.correctness._library import build_wheel, install, uninstall
-from tests.correctness._mutations import CASES, EVERYTHING, LIBRARIES, MAIN, Case, key_name
+from tests.correctness._mutations import CASES, LIBRARIES
+from tests.correctness._projects import EVERYTHING, MAIN, Case, key_name
 
 pytestmark = pytest.mark.slow
 
@@ -59,11 +60,7 @@ def runs(cache_server, tmp_path_factory) -> dict[str, dict]:
     specs = []
     for case in CASES:
         directory = root / case.slug
-        for path, text in case.files.items():
-            (directory / path).parent.mkdir(parents=True, exist_ok=True)
-            (directory / path).write_text(text)
-        if case.data is not None:
-            case.data(directory)
+        case.write(directory)
         specs.append({"name": case.name, "dir": str(directory),
                       "namespace": f"mutation-{uuid.uuid4().hex}"})
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
@@ -73,13 +70,7 @@ def runs(cache_server, tmp_path_factory) -> dict[str, dict]:
     cold = _run_children(spec, root / "cold.pkl", env)
     warm = _run_children(spec, root / "warm.pkl", env)
     for case, case_spec in zip(CASES, specs, strict=True):
-        directory = Path(case_spec["dir"])
-        for path, text in case.edit.items():
-            (directory / path).write_text(text)
-        for cache in directory.rglob("__pycache__"):  # never run a stale .pyc
-            shutil.rmtree(cache)
-        if case.edit_data is not None:
-            case.edit_data(directory)
+        case.apply_edit(Path(case_spec["dir"]))
         if case.new_namespace:
             case_spec["namespace"] = f"mutation-{uuid.uuid4().hex}"
     _install_libraries(root, site, 1)
@@ -105,7 +96,7 @@ def _differs(a, b) -> bool:
 
 
 def test_there_are_enough_cases():
-    assert len(CASES) >= 25
+    assert len(CASES) >= 50
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.slug for c in CASES])
