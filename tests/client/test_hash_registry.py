@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dask
 import pandas as pd
+import pytest
 
 from client_lib import register, task_hashes
 from tests.client._value_hash import identity, value_hash
@@ -118,6 +119,7 @@ def test_identifiers_are_never_looked_up_as_files(tmp_path, monkeypatch):
     assert hashed() == before
 
 
+@pytest.mark.slow
 def test_importing_and_hashing_imports_no_optional_library():
     code = (
         "import sys, dask, client_lib\n"

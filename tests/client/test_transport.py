@@ -57,6 +57,7 @@ def test_cached_compute_recomputes_over_a_damaging_link_and_leaves_the_cache_alo
     assert report.loaded == 1 and report.computed == 0 and not report.retried
 
 
+@pytest.mark.slow
 def test_server_errors_and_refusals_map_the_same_for_every_request(fresh_server):
     server = fresh_server(tokens="read:r0123456789abcdef,write:w0123456789abcdef")
     anonymous = CacheClient(server.url)
