@@ -1,4 +1,4 @@
-"""Submitting a rewritten graph to a ``distributed.Client``. DESIGN.md section 9.
+"""Submitting a rewritten graph to a ``distributed.Client``. docs/architecture.md, The rewrite.
 
 Two things differ from the local schedulers:
 

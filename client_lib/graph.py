@@ -4,7 +4,8 @@
 and the finalisation tasks are exactly Dask's. ``unfuse`` then expands fused tasks
 (``_execute_subgraph``, from low-level linear fusion and from blockwise fusion) into one
 graph node per operation, so an intermediate shared by two branches is hashed (and can
-be cached) on its own however Dask happened to fuse each branch. DESIGN.md sections 3, 9.
+be cached) on its own however Dask happened to fuse each branch. docs/architecture.md,
+The task hash (Unfusing).
 """
 
 from __future__ import annotations
