@@ -51,6 +51,7 @@ def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random
            acked: dict[str, Value], counts: dict[str, int]) -> None:
     server = start_server(data_dir)
     stop = threading.Event()
+    first_ack = threading.Event()
     lock = threading.Lock()
 
     def writer(value: Value) -> None:
@@ -60,6 +61,7 @@ def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random
             counts["stores_attempted"] += 1
             if status in (200, 201):
                 acked[value.task_hash] = value
+                first_ack.set()
             elif status != 0:
                 counts["unexpected_status"] += 1
 
@@ -85,7 +87,10 @@ def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random
         thread.start()
     with ThreadPoolExecutor(workers) as pool:
         futures = [pool.submit(writer, value) for value in values]
-        time.sleep(rng.uniform(0.05, 1.0))
+        # Kill while stores are in flight, but only once one was acknowledged: on a loaded
+        # machine a fixed delay can end before the server has answered anything.
+        first_ack.wait(timeout=120)
+        time.sleep(rng.uniform(0.0, 0.5))
         os.kill(server.pid, signal.SIGKILL)
         counts["kills"] += 1
         for future in futures:
