@@ -1,0 +1,128 @@
+"""Recovery without a person (issue 11, item 7): the embedded Redis killed, temporary files
+left by a killed server, and a compute time that would poison ``saved_seconds``."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+
+from cache_server.launch import start_server
+from tests.server.wire import encode_array, encode_pickle, new_hash, pieces, put
+from tests.stress.kill_restart import leftovers
+
+#: What item 7 asks: healthy again within this long after Redis was killed.
+RECOVERY_SECONDS = 10.0
+
+
+def embedded_redis(data_dir: Path) -> tuple[psutil.Process, psutil.Process]:
+    """(guard, redis-server) of the embedded Redis of ``data_dir``."""
+    lock = str(data_dir.resolve() / "redis" / "lock")
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "cache_server._redis_guard" in " ".join(cmdline) and lock in cmdline:
+            (child,) = process.children()
+            return process, child
+    raise AssertionError(f"no embedded Redis for {data_dir}")
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_killed_embedded_redis_is_restarted_and_loses_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    stored = {new_hash(): encode_array(np.arange(n + 10.0)) for n in range(20)}
+    with start_server(data_dir) as server, httpx.Client(base_url=server.url) as client:
+        for task_hash, encoded in stored.items():
+            assert put(client, task_hash, encoded).status_code == 201
+        guard, redis = embedded_redis(data_dir)
+        for _ in range(2):  # and again: the restarted Redis is supervised as well
+            os.kill(redis.pid, signal.SIGKILL)
+            redis.wait(10)
+            assert wait_until(lambda: healthy(server.url), RECOVERY_SECONDS), server.log_tail()
+            guard_again, redis = embedded_redis(data_dir)
+            assert guard_again.pid == guard.pid and guard.status() != psutil.STATUS_ZOMBIE
+        found = client.post("/v1/lookup", json={"hashes": list(stored)}).json()["found"]
+        assert found == list(stored)  # nothing lost (append-only file)
+        for task_hash, encoded in stored.items():
+            assert client.get(f"/v1/objects/{task_hash}").content == encoded.body
+        assert put(client, new_hash(), encode_pickle("after")).status_code == 201
+        assert client.get("/v1/stats").json()["stores"] == len(stored) + 1
+        assert "restart" in server.log_tail(200).lower()
+    assert not guard.is_running() or guard.status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.slow
+def test_a_restarted_server_removes_what_a_killed_upload_left(tmp_path: Path,
+                                                               redis_url: str) -> None:
+    data_dir = tmp_path / "data"
+    prefix = f"tmp-{new_hash()[:8]}:"
+    server = start_server(data_dir, redis_url=redis_url, redis_prefix=prefix)
+    encoded = encode_array(np.ones(8 * 2**20 // 8))  # 8 MiB
+    half_sent = threading.Event()
+
+    def slow_body() -> Iterator[bytes]:
+        for n, piece in enumerate(pieces(encoded.body)):
+            if n == 4:
+                half_sent.set()
+                time.sleep(60)  # the server is killed meanwhile
+            yield piece
+
+    def upload() -> None:
+        try:
+            httpx.put(f"{server.url}/v1/objects/{new_hash()}", content=slow_body(),
+                      headers=encoded.headers(), timeout=120)
+        except httpx.TransportError:
+            pass
+
+    uploader = threading.Thread(target=upload, daemon=True)
+    uploader.start()
+    try:
+        assert half_sent.wait(60)
+        assert wait_until(lambda: leftovers(data_dir)["temporary"] > 0, 30)
+    finally:
+        os.kill(server.pid, signal.SIGKILL)
+        server.process.wait()
+    assert leftovers(data_dir)["temporary"] > 0  # what the kill left behind
+    with start_server(data_dir, redis_url=redis_url, redis_prefix=prefix) as again:
+        assert leftovers(data_dir)["temporary"] == 0
+        assert "temporary" in again.log_tail(50)
+
+
+def test_compute_seconds_are_bounded(fresh_server) -> None:
+    server = fresh_server()
+    with httpx.Client(base_url=server.url) as client:
+        for bad in ("1e308", "inf", "nan", "-1", "1e7000", "10000001"):
+            response = put(client, new_hash(), encode_pickle(1),
+                           overrides={"compute_seconds": bad})
+            assert response.status_code == 422, bad
+            assert "Compute-Seconds" in response.json()["detail"]
+        task_hash = new_hash()
+        assert put(client, task_hash, encode_pickle(2), compute_seconds=1e7).status_code == 201
+        for _ in range(3):
+            assert client.get(f"/v1/objects/{task_hash}").status_code == 200
+        saved = client.get("/v1/stats").json()["saved_seconds"]
+        assert isinstance(saved, float) and math.isfinite(saved) and saved == 3e7
