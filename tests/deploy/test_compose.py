@@ -33,8 +33,21 @@ def services():
 
 
 def published(service) -> dict[int, int]:
-    """container port -> host port (docker-compose 1.29 prints the long syntax)."""
-    return {int(p["target"]): int(p["published"]) for p in service.get("ports", [])}
+    """container port -> host port (docker-compose 1.29 prints the long syntax, or
+    ``HOST_IP:PUBLISHED:TARGET/tcp`` when the port is published on one address)."""
+    return {target: port for target, (_, port) in published_on(service).items()}
+
+
+def published_on(service) -> dict[int, tuple[str | None, int]]:
+    """container port -> (host address or None for all, host port)."""
+    ports = {}
+    for p in service.get("ports", []):
+        if isinstance(p, str):
+            address, port, target = p.split("/")[0].rsplit(":", 2)
+            ports[int(target)] = (address, int(port))
+        else:
+            ports[int(p["target"])] = (p.get("host_ip"), int(p["published"]))
+    return ports
 
 
 def volumes(service) -> dict[str, str]:
@@ -108,8 +121,8 @@ def test_scheduler_and_workers(services):
 
 def test_every_setting_is_a_documented_variable_with_a_default():
     variables = compose_variables()
-    assert {"CACHE_PORT", "SCHEDULER_PORT", "DASHBOARD_PORT", "WORKERS", "CACHE_DATA"} <= set(
-        variables)
+    assert {"CACHE_PORT", "SCHEDULER_PORT", "DASHBOARD_PORT", "WORKERS", "CACHE_ADDRESS",
+            "DASK_ADDRESS", "REDIS_DATA"} <= set(variables)
     header = COMPOSE_FILE.read_text().split("services:")[0]
     for name, default in variables.items():
         assert default, f"${{{name}}} has no default"
@@ -118,7 +131,7 @@ def test_every_setting_is_a_documented_variable_with_a_default():
 
 def test_settings_change_the_wiring_consistently():
     config = compose_config({"CACHE_PORT": "9780", "SCHEDULER_PORT": "9786", "WORKERS": "3",
-                             "CACHE_DATA": "./my-cache"})
+                             "REDIS_DATA": "./my-redis"})
     services = config["services"]
     assert services["worker"]["deploy"]["replicas"] == 3
     assert services["worker"]["environment"]["DASK_RESULT_CACHE__URL"] == (
@@ -126,7 +139,8 @@ def test_settings_change_the_wiring_consistently():
     assert service_command(services["worker"])[2] == "tcp://scheduler:9786"
     assert published(services["cache-server"]) == {9780: 9780}
     assert published(services["scheduler"])[9786] == 9786
-    assert volumes(services["cache-server"])["/data"] == str(ROOT / "my-cache")  # a bind mount
+    assert volumes(services["redis"])["/data"] == str(ROOT / "my-redis")  # a bind mount
+    assert volumes(services["cache-server"])["/data"] == "cache-data"  # always a volume
 
 
 def test_tokens_pass_through_from_the_host_and_are_never_written_down():
