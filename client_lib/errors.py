@@ -6,6 +6,7 @@ __all__ = [
     "CacheAccessDenied",
     "CacheEntryCorrupt",
     "CacheEntryUnavailable",
+    "CacheEntryUntrusted",
     "CacheProtocolError",
     "CacheUnavailable",
     "ResultCacheError",
@@ -53,6 +54,12 @@ class CacheEntryUnavailable(ResultCacheError):
 
     def __str__(self) -> str:
         return f"cache entry {self.task_hash} unavailable: {self.reason}"
+
+
+class CacheEntryUntrusted(CacheEntryUnavailable):
+    """A load task found its entry without a valid signature for ``result-cache.signing-key``
+    (docs/protocol.md, "Signed results"): nothing was unpickled, the entry is left alone,
+    and ``cached_compute`` recomputes the task and counts it as ``untrusted``."""
 
 
 class CacheEntryCorrupt(CacheEntryUnavailable):

@@ -42,6 +42,7 @@ class CacheReport:
     stored: int | None = None
     volatile: int = 0
     volatile_reasons: Counter = field(default_factory=Counter)
+    untrusted: int = 0  # entries not loaded for a missing or wrong signature
     fallback: str | None = None  # why the cache was (partly) bypassed
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
     loaded_keys: list[Hashable] = field(default_factory=list)
@@ -59,6 +60,9 @@ class CacheReport:
         ]
         for reason, n in self.volatile_reasons.most_common(10):
             lines.append(f"  volatile x{n}: {reason}")
+        if self.untrusted:
+            lines.append(f"  untrusted {self.untrusted}: entries without a valid signature "
+                         "for result-cache.signing-key, recomputed (not loaded)")
         if self.retried:
             lines.append(f"  entries that failed to load and were recomputed: "
                          f"{', '.join(self.retried)}")

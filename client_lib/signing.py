@@ -1,0 +1,122 @@
+"""Signed results and keyed task hashes (docs/protocol.md, "Signed results").
+
+A cached pickle is code, and the content digest proves nothing about who wrote it. With
+``result-cache.signing-key`` set, every stored object carries an HMAC-SHA256 that binds it
+to its task (hash, kind, dtype, shape, content digest), and clients check it before anything
+is unpickled; task hashes are keyed as well, so nobody without the key can compute them.
+
+The secret never leaves the clients. Two keys are derived from it, one per purpose, and only
+those travel with the tasks to the workers (a :class:`SigningKey` pickles as them).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+
+import dask.config
+
+__all__ = ["MIN_SECRET_CHARS", "SIGNATURE_VERSION", "SigningKey", "configured_key"]
+
+SIGNATURE_VERSION = "v1"
+#: ``dask-cache keygen`` prints 64 hex characters (256 bits); shorter secrets are refused.
+MIN_SECRET_CHARS = 32
+_SIGNATURE_PREFIX = b"dask-result-cache signature "
+_SIG_CONTEXT = b"dask-result-cache signature"
+_HASH_CONTEXT = b"dask-result-cache task hash"
+
+
+class SigningKey:
+    """The keys derived from one team secret. Immutable and thread safe; its ``repr`` and
+    its pickle never contain the secret itself."""
+
+    __slots__ = ("_hash_key", "_sig_key")
+
+    def __init__(self, secret: str) -> None:
+        if not isinstance(secret, str):
+            raise TypeError(f"result-cache.signing-key must be a string, not "
+                            f"{type(secret).__name__}")
+        if len(secret.strip()) < MIN_SECRET_CHARS:
+            raise ValueError(f"result-cache.signing-key must be at least {MIN_SECRET_CHARS} "
+                             "characters long: make one with `dask-cache keygen`")
+        raw = secret.strip().encode("utf-8")
+        self._sig_key = hmac.digest(raw, _SIG_CONTEXT, "sha256")
+        self._hash_key = hmac.digest(raw, _HASH_CONTEXT, "sha256")
+
+    def __reduce__(self):
+        return (_from_derived, (self._sig_key, self._hash_key))
+
+    def __repr__(self) -> str:
+        return "SigningKey(<secret>)"
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, SigningKey)
+                and hmac.compare_digest(self._sig_key, other._sig_key)
+                and hmac.compare_digest(self._hash_key, other._hash_key))
+
+    def __hash__(self) -> int:
+        return hash(self._hash_key)
+
+    # -- task hashes ----------------------------------------------------------------------
+
+    def keyed_hash(self, digest: bytes) -> str:
+        """The published task hash (32 hex) of a task's plain 16-byte content digest."""
+        return hmac.digest(self._hash_key, digest, "sha256")[:16].hex()
+
+    # -- signatures -----------------------------------------------------------------------
+
+    def sign(self, task_hash: str, kind: str, dtype: str, shape: str, digest: str) -> str:
+        """The ``X-Result-Signature`` of one stored object."""
+        message = _message(SIGNATURE_VERSION, _fields(task_hash, kind, dtype, shape, digest))
+        return f"{SIGNATURE_VERSION}.{hmac.digest(self._sig_key, message, 'sha256').hex()}"
+
+    def verify(self, signature: str | None, task_hash: str, kind: str, dtype: str,
+               shape: str, digest: str) -> bool:
+        """Whether ``signature`` is ours for exactly this task and object (constant time
+        in the signature). ``None``, an unknown version or malformed text: ``False``."""
+        if not signature:
+            return False
+        version, _, _ = signature.partition(".")
+        if version != SIGNATURE_VERSION:
+            return False
+        try:
+            expected = self.sign(task_hash, kind, dtype, shape, digest)
+        except ValueError:
+            return False
+        return hmac.compare_digest(expected.encode("ascii"),
+                                   signature.encode("ascii", errors="replace"))
+
+
+def _from_derived(sig_key: bytes, hash_key: bytes) -> SigningKey:
+    key = SigningKey.__new__(SigningKey)
+    key._sig_key, key._hash_key = sig_key, hash_key
+    return key
+
+
+def _fields(task_hash: str, kind: str, dtype: str, shape: str,
+            digest: str) -> list[tuple[str, str]]:
+    """The signed metadata of version 1, in order. A later version appends fields (e.g. a
+    digest of recorded warnings) under a new version string."""
+    return [("hash", task_hash), ("kind", kind), ("dtype", dtype), ("shape", shape),
+            ("digest", digest)]
+
+
+def _message(version: str, fields: Sequence[tuple[str, str]]) -> bytes:
+    lines = [_SIGNATURE_PREFIX + version.encode("ascii")]
+    for name, value in fields:
+        if "\n" in value or not value.isascii():
+            raise ValueError(f"{name} cannot be signed: {value!r}")
+        lines.append(f"{name}={value}".encode("ascii"))
+    return b"\n".join(lines) + b"\n"
+
+
+def configured_key() -> SigningKey | None:
+    """This process's ``result-cache.signing-key`` (env ``DASK_RESULT_CACHE__SIGNING_KEY``),
+    or None. Raises ``ValueError`` for a secret too short to be one."""
+    secret = dask.config.get("result-cache.signing-key", None)
+    if secret is None or secret == "":
+        return None
+    if not isinstance(secret, str):  # Dask parses environment values as Python literals
+        raise TypeError("result-cache.signing-key was read as a number, which changes its "
+                        "text: use a key from `dask-cache keygen` (never a number)")
+    return SigningKey(secret)
