@@ -1,8 +1,9 @@
 """What a stranger can make the server do before it knows who he is (issue 11, item 5): no
 body is read before authentication, and request headers are bounded (431).
 
-Memory is the server's peak RSS (``VmHWM`` in ``/proc/<pid>/status``), so a spike that is
-freed again before we look still counts.
+Memory is the server's peak RSS (``VmHWM`` in ``/proc/<pid>/status``, reset before each
+attack), so a spike that is freed again before we look still counts. The same attacks at
+full size: ``python -m tests.stress.strangers`` (figures in RELIABILITY.md).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 import pytest
 
 from cache_server.launch import RunningServer, start_server
+from tests.stress.strangers import peak_rss, reset_peak_rss
 
 TOKEN = "w-" + uuid.uuid4().hex
 MiB = 2**20
@@ -31,13 +33,6 @@ def token_server(tmp_path: Path, redis_url: str) -> Iterator[RunningServer]:
         yield server
 
 
-def peak_rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
 def giant_lookup(n_hashes: int) -> bytes:
     """A well-formed lookup of ``n_hashes`` hashes: 35 bytes of JSON each."""
     return b'{"hashes": [' + b",".join([b'"' + b"0" * 32 + b'"'] * n_hashes) + b"]}"
@@ -46,7 +41,7 @@ def giant_lookup(n_hashes: int) -> bytes:
 def test_a_strangers_giant_json_body_is_refused_unread(token_server: RunningServer) -> None:
     body = giant_lookup(1_750_000)  # 61 MB, under max_json_bytes (64 MiB)
     assert 60 * 10**6 < len(body) < 64 * MiB
-    before = peak_rss(token_server.pid)
+    before = reset_peak_rss(token_server.pid)
     for path in ("/v1/lookup", "/v1/lookup/packed", "/v1/entries/" + "0" * 32 + "/pin"):
         try:
             response = httpx.post(token_server.url + path, content=body, timeout=60,
@@ -99,7 +94,7 @@ def test_oversized_headers_get_431(token_server: RunningServer) -> None:
 
 
 def test_a_64_mb_header_does_not_stall_the_server(token_server: RunningServer) -> None:
-    before = peak_rss(token_server.pid)
+    before = reset_peak_rss(token_server.pid)
     giant = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * MiB) + b"\r\n\r\n"
     outcome: dict[str, object] = {}
 
