@@ -66,6 +66,11 @@ class Settings(BaseSettings):
     max_json_bytes: int = Field(
         default=64 * 2**20, gt=0, description="largest JSON request body (a lookup)"
     )
+    max_header_bytes: int = Field(
+        default=64 * 2**10,
+        ge=4096,
+        description="largest request line and headers (431 beyond; a label takes up to 12 KiB)",
+    )
     tokens: str | None = Field(
         default=None,
         description="bearer tokens as comma-separated scope:token pairs, "

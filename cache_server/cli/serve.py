@@ -44,6 +44,7 @@ def serve(
     import uvicorn
 
     from cache_server.api.app import create_app
+    from cache_server.api.http_protocol import bounded_http_protocol
     from cache_server.settings import Settings
 
     overrides: dict[str, Any] = {
@@ -60,6 +61,7 @@ def serve(
         log_level=log_level,
         access_log=log_level == "debug",
         lifespan="on",
+        http=bounded_http_protocol(settings.max_header_bytes),
         timeout_graceful_shutdown=30,
     )
     sockets = [socket.socket(fileno=fd)] if fd is not None else None
