@@ -8,6 +8,12 @@ with SIGKILL, the kernel closes that pipe, we read EOF, and redis-server is shut
 The guard also holds an exclusive ``flock`` on LOCK while redis-server runs, so two servers
 can never run Redis on one data directory, and a restart waits for the previous Redis to
 finish writing.
+
+If redis-server dies by itself (killed, crashed) while the server still runs, the guard
+starts it again with the same arguments: it reloads its append-only file and listens on the
+same socket, where the server's Redis client reconnects on its next command. Restarts that
+follow each other quickly wait longer each time (up to ``MAX_RESTART_DELAY`` seconds), so a
+Redis that cannot start does not spin.
 """
 
 from __future__ import annotations
@@ -24,6 +30,10 @@ __all__ = ["main"]
 
 LOCK_WAIT_SECONDS = 5.0
 STOP_WAIT_SECONDS = 30.0
+#: Restart delays: doubled from the first for each restart within ``RESTART_WINDOW`` seconds.
+FIRST_RESTART_DELAY = 0.05
+MAX_RESTART_DELAY = 5.0
+RESTART_WINDOW = 60.0
 
 
 def _lock(path: str) -> int:
@@ -39,40 +49,60 @@ def _lock(path: str) -> int:
             time.sleep(0.05)
 
 
+def _restart_delay(recent: list[float], now: float) -> float:
+    """How long to wait before the next restart, given the times of the recent ones."""
+    recent[:] = [t for t in recent if now - t < RESTART_WINDOW]
+    return min(MAX_RESTART_DELAY, FIRST_RESTART_DELAY * 2 ** len(recent))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
         sys.exit("usage: python -m cache_server.index.guard LOCKFILE -- redis-server [ARGS...]")
     lock_fd = _lock(argv[0])
-    redis = subprocess.Popen(argv[2:], stdin=subprocess.DEVNULL)
+    command = argv[2:]
     stopping = threading.Event()
-
-    def stop(*_args: object) -> None:
-        stopping.set()
-        if redis.poll() is None:
-            redis.terminate()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # Only this (main) thread starts and stops redis-server; the others just ask.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
 
     def wait_for_eof() -> None:
         while sys.stdin.buffer.read(4096):
             pass
-        stop()
+        stopping.set()
 
     threading.Thread(target=wait_for_eof, daemon=True).start()
+    restarts: list[float] = []
+    while True:
+        code = _run(command, stopping)
+        if stopping.is_set():
+            break
+        delay = _restart_delay(restarts, time.monotonic())
+        print(f"redis guard: redis-server exited with code {code}; restarting it in "
+              f"{delay:.2f} s (its append-only file keeps the index)", file=sys.stderr,
+              flush=True)
+        if stopping.wait(delay):
+            break
+        restarts.append(time.monotonic())
+    os.close(lock_fd)
+    return code
+
+
+def _run(command: list[str], stopping: threading.Event) -> int:
+    """Run redis-server until it exits; once ``stopping`` is set, terminate it (SIGTERM: it
+    flushes its append-only file), and kill it after ``STOP_WAIT_SECONDS``."""
+    redis = subprocess.Popen(command, stdin=subprocess.DEVNULL)
     stopped_at: float | None = None
     while True:
         try:
-            code = redis.wait(timeout=0.5)
-            break
+            return redis.wait(timeout=0.1)
         except subprocess.TimeoutExpired:
             if not stopping.is_set():
                 continue
-            stopped_at = stopped_at or time.monotonic()
-            if time.monotonic() - stopped_at > STOP_WAIT_SECONDS:  # last resort
+            if stopped_at is None:
+                stopped_at = time.monotonic()
+                redis.terminate()
+            elif time.monotonic() - stopped_at > STOP_WAIT_SECONDS:  # last resort
                 redis.kill()
-    os.close(lock_fd)
-    return code
 
 
 if __name__ == "__main__":
