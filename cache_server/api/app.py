@@ -23,7 +23,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from cache_server.api.auth import ReadAccess, Scope, TokenTable, refusal
+from cache_server.api.auth import AuthenticateFirst, ReadAccess, Scope, TokenTable, refusal
 from cache_server.api.errors import answer_error, answer_validation_error, install_error_handlers
 from cache_server.api.middleware import JsonBodyLimit, MetricsMiddleware
 from cache_server.api.responses import COMMON_ERRORS, errors
@@ -106,5 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title="dask-result-cache")
 
     app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
+    if tokens.enabled:  # outermost but for the metrics: before any body is read
+        app.add_middleware(AuthenticateFirst)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

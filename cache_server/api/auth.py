@@ -20,11 +20,15 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
 from cache_server.api.errors import ApiError, Forbidden, Unauthorized
 
 __all__ = [
+    "AuthenticateFirst",
     "ReadAccess",
     "Scope",
     "TokenError",
@@ -153,3 +157,25 @@ def require(scope: Scope):  # noqa: ANN201 - a FastAPI dependency
 #: Route dependencies: ``dependencies=[ReadAccess]``.
 ReadAccess = Depends(require(Scope.read))
 WriteAccess = Depends(require(Scope.write))
+
+
+class AuthenticateFirst:
+    """Pure ASGI middleware: a request without a valid token is answered 401 before the app
+    reads a byte of its body (FastAPI parses a JSON body before any route dependency runs),
+    and its connection is closed, so the body is never read at all. Scopes are checked by
+    the routes (:data:`WriteAccess`); ``public`` paths need no token."""
+
+    def __init__(self, app: ASGIApp, public: frozenset[str] = frozenset({"/healthz"})) -> None:
+        self.app = app
+        self.public = public
+
+    async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.public:
+            denied = await refusal(Request(scope), Scope.read)
+            if denied is not None:
+                headers = {**(denied.headers or {}), "Connection": "close"}
+                response = JSONResponse({"detail": denied.message},
+                                        status_code=denied.status_code, headers=headers)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -46,20 +46,32 @@ def reset_peak_rss(pid: int) -> int:
 
 
 def _raw(url: str, request: bytes) -> tuple[str, int]:
-    """Send ``request`` on its own connection; (status line or error, bytes sent)."""
+    """Send ``request`` on its own connection while reading the answer, until the server
+    answers or hangs up; (its status line, or the error, and the bytes it accepted)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
+    answer: list[bytes | str] = []
     sent = 0
     with socket.create_connection((host, int(port)), timeout=120) as sock:
+
+        def read() -> None:
+            try:
+                answer.append(sock.recv(200) or "closed")
+            except OSError as exc:
+                answer.append(type(exc).__name__)
+
+        reader = threading.Thread(target=read)
+        reader.start()
         try:
             for start in range(0, len(request), 64 * 1024):
+                if answer:
+                    break
                 sent += sock.send(request[start:start + 64 * 1024])
         except OSError:
             pass
-        try:
-            answer = sock.recv(200).split(b"\r\n", 1)[0].decode(errors="replace")
-        except OSError as exc:
-            answer = type(exc).__name__
-    return answer or "closed", sent
+        reader.join()
+    first = answer[0]
+    return (first.split(b"\r\n", 1)[0].decode(errors="replace")
+            if isinstance(first, bytes) else first), sent
 
 
 def _while_polling(server: RunningServer, attack) -> dict[str, Any]:
@@ -97,16 +109,14 @@ def run(workdir: Path, *, body_mb: float = 61, header_mb: float = 64) -> dict[st
     server = start_server(workdir / "data", env={"RESULT_CACHE_TOKENS": f"write:{token}"})
     report: dict[str, Any] = {}
     try:
+        n = int(body_mb * 1e6 / 35)  # 35 bytes of JSON per hash
+        body = b'{"hashes": [' + b",".join([b'"' + b"0" * 32 + b'"'] * n) + b"]}"
+        request = (b"POST /v1/lookup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: %d\r\n\r\n" % len(body)) + body
+
         def giant_body() -> dict[str, Any]:
-            n = int(body_mb * 1e6 / 35)  # 35 bytes of JSON per hash
-            body = b'{"hashes": [' + b",".join([b'"' + b"0" * 32 + b'"'] * n) + b"]}"
-            try:
-                status: Any = httpx.post(f"{server.url}/v1/lookup", content=body, timeout=120,
-                                         headers={"Content-Type": "application/json"}
-                                         ).status_code
-            except httpx.HTTPError as exc:
-                status = type(exc).__name__
-            return {"bytes": len(body), "status": status}
+            answer, sent = _raw(server.url, request)
+            return {"bytes": len(body), "answer": answer, "accepted_bytes": sent}
 
         report["giant_json_body"] = _while_polling(server, giant_body)
         header = (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * int(header_mb * MiB)
