@@ -2,8 +2,8 @@
 
 The lifespan takes the data directory's lock (one server per directory), connects to Redis
 (starting the embedded one when no ``redis_url`` is set), opens the storage under
-``data_dir``, and undoes all of it on shutdown (SIGTERM and SIGINT go through uvicorn's
-graceful shutdown, hence through here).
+``data_dir`` and removes what interrupted writes left there, and undoes all of it on
+shutdown (SIGTERM and SIGINT go through uvicorn's graceful shutdown, hence through here).
 
 Authentication (:mod:`cache_server.api.auth`): every route but ``/healthz`` needs a read token,
 and routes that change the cache a write token, once any token is configured. The API
@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -67,6 +68,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not tokens.enabled:
             _warn_without_tokens(settings.host)
         async with open_cache(settings, metrics, lock_wait=LOCK_WAIT_SECONDS) as cache:
+            # We hold the data directory's lock: whatever is still being written is a
+            # leftover of a process that died (a kill during an upload), never a live write.
+            swept = await to_thread.run_sync(cache.storage.sweep_temporary)
+            if swept:
+                logger.warning("removed %d temporary paths left by interrupted writes", swept)
             app.state.cache = cache
             yield
 
