@@ -79,6 +79,15 @@ class Settings(BaseSettings):
     tokens_file: Path | None = Field(
         default=None, description="a file of scope:token lines (# comments), added to tokens"
     )
+    allow_open: bool = Field(
+        default=False,
+        description="serve without tokens on an address beyond loopback (refused otherwise)",
+    )
+    published_host: str | None = Field(
+        default=None,
+        description="the host address this server's port is published on, when that is not "
+        "where it binds (a container binds 0.0.0.0); the start-up token check looks at it",
+    )
     max_bytes: ByteSize = Field(
         default=None,
         gt=0,

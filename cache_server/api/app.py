@@ -12,7 +12,6 @@ description (``/openapi.json``, ``/docs``) is served behind the same read check.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -24,7 +23,15 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from cache_server.api.auth import AuthenticateFirst, ReadAccess, Scope, TokenTable, refusal
+from cache_server.api.auth import (
+    AuthenticateFirst,
+    ReadAccess,
+    Scope,
+    TokenTable,
+    check_exposure,
+    is_loopback,
+    refusal,
+)
 from cache_server.api.errors import answer_error, answer_validation_error, install_error_handlers
 from cache_server.api.middleware import JsonBodyLimit, MetricsMiddleware
 from cache_server.api.responses import COMMON_ERRORS, errors
@@ -41,18 +48,26 @@ logger = logging.getLogger("cache_server")
 LOCK_WAIT_SECONDS = 10.0
 
 
-def _warn_without_tokens(host: str) -> None:
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = host == "localhost"
-    reach = "any process on this machine" if loopback else f"anyone who can reach {host}"
+def _warn_without_tokens(address: str) -> None:
+    reach = ("any process on this machine" if is_loopback(address)
+             else f"anyone who can reach {address}")
     logger.warning(
         "\n%s\nNO AUTHENTICATION: no tokens are configured, so %s can read, overwrite and "
-        "delete cached results.\nSet RESULT_CACHE_TOKENS='read:<token>,write:<token>' (or "
-        "RESULT_CACHE_TOKENS_FILE) to require bearer tokens.\n%s",
+        "delete cached results, and make clients without a signing key run any code when "
+        "they load them.\nSet RESULT_CACHE_TOKENS='read:<token>,write:<token>' (or "
+        "RESULT_CACHE_TOKENS_FILE) to require bearer tokens, and give clients a "
+        "result-cache.signing-key (dask-cache keygen).\n%s",
         "!" * 78, reach, "!" * 78,
     )  # fmt: skip
+
+
+def _warn_about_pickles() -> None:
+    logger.warning(
+        "Cached values that are not arrays are pickles: loading one runs code written by "
+        "whoever stored it (every write token holder). Clients that set "
+        "result-cache.signing-key (DASK_RESULT_CACHE__SIGNING_KEY; `dask-cache keygen` makes "
+        "one) load only values signed with their key; see docs/protocol.md, 'Signed results'."
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -62,11 +77,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     # Parsed now, so a malformed token configuration fails before anything starts.
     tokens = TokenTable.from_settings(settings.tokens, settings.tokens_file)
+    # In a container the server binds 0.0.0.0; what matters is where its port is published.
+    exposed = settings.published_host or settings.host
+    check_exposure(tokens, exposed, settings.allow_open)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if not tokens.enabled:
-            _warn_without_tokens(settings.host)
+        if tokens.enabled:
+            _warn_about_pickles()
+        else:
+            _warn_without_tokens(exposed)
         async with open_cache(settings, metrics, lock_wait=LOCK_WAIT_SECONDS) as cache:
             # We hold the data directory's lock: whatever is still being written is a
             # leftover of a process that died (a kill during an upload), never a live write.

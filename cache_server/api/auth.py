@@ -13,6 +13,7 @@ to start the server (fail closed): a typo must never turn authentication off.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -34,6 +35,8 @@ __all__ = [
     "TokenError",
     "TokenTable",
     "WriteAccess",
+    "check_exposure",
+    "is_loopback",
     "refusal",
     "require",
 ]
@@ -109,6 +112,28 @@ class TokenTable:
 
     def scope_of(self, token: str) -> Scope | None:
         return self.scopes.get(_digest(token))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def check_exposure(tokens: TokenTable, address: str, allow_open: bool) -> None:
+    """Refuse to serve without tokens on ``address`` beyond loopback (``TokenError``), unless
+    ``allow_open`` (``RESULT_CACHE_ALLOW_OPEN=1``) says that an open cache is intended:
+    whoever reaches it could read, replace and delete every result."""
+    if tokens.enabled or allow_open or is_loopback(address):
+        return
+    raise TokenError(
+        f"refusing to serve without tokens on {address}: anyone who can reach it could read, "
+        "overwrite and delete cached results. Set RESULT_CACHE_TOKENS='read:<token>,"
+        "write:<token>' (or RESULT_CACHE_TOKENS_FILE), bind 127.0.0.1, or set "
+        "RESULT_CACHE_ALLOW_OPEN=1 if an open cache is what you want"
+    )
 
 
 _bearer = HTTPBearer(auto_error=False, description="a read or write token of this server")
