@@ -44,6 +44,9 @@ class Manifest(BaseModel):
     last_access: float = 0.0
     hits: int = 0
     pinned: bool = Field(default=False, description="pinned entries are never evicted")
+    signature: str | None = Field(
+        default=None, description="the client's signature (X-Result-Signature), stored opaquely"
+    )
 
 
 class EntryList(BaseModel):
@@ -68,10 +71,13 @@ class Stats(BaseModel):
     )
     max_bytes: int | None = Field(default=None, description="the size cap; null: none")
     pinned: int = Field(description="pinned entries")
+    untrusted: int = Field(
+        default=0, description="loads clients refused for a missing or wrong signature"
+    )
 
 
 class Event(BaseModel):
-    kind: Literal["store", "hit", "delete", "corrupt", "evict", "lookup"]
+    kind: Literal["store", "hit", "delete", "corrupt", "evict", "untrusted", "lookup"]
     time: float
     hash: str | None = None
     label: str | None = None

@@ -43,7 +43,9 @@ SIDECAR_FORMAT = 1
 class TaskReference:
     """One task result that is stored as this object.
 
-    ``pinned`` mirrors the index's pin, so that a rebuilt index keeps it.
+    ``pinned`` mirrors the index's pin, so that a rebuilt index keeps it. ``signature`` is
+    the client's opaque signature binding this task to the object (docs/protocol.md,
+    "Signed results"), kept so that a rebuilt index serves it again.
     """
 
     task_hash: str
@@ -51,6 +53,7 @@ class TaskReference:
     compute_seconds: float = 0.0
     created: float = 0.0
     pinned: bool = False
+    signature: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -60,6 +63,8 @@ class TaskReference:
         }
         if self.pinned:
             data["pinned"] = True
+        if self.signature is not None:
+            data["signature"] = self.signature
         return data
 
 
@@ -128,6 +133,7 @@ class Sidecar:
                 float(t["compute_seconds"]),
                 float(t["created"]),
                 bool(t.get("pinned", False)),
+                t.get("signature"),
             )
             for h, t in data["tasks"].items()
         }

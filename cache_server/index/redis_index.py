@@ -12,7 +12,7 @@ Keys (all under ``prefix``, default ``rc:``)::
     hits            HASH    hash -> hit count
     refs:<digest>   SET     hashes whose result is the object <digest>
     stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
-                            corrupt, evictions, stored_bytes
+                            corrupt, evictions, stored_bytes, untrusted
     events          STREAM  recent events, capped at about ``events_maxlen``
 
 ``bytes`` sums ``nbytes`` over entries; ``stored_bytes`` sums it over distinct objects (a
@@ -42,7 +42,7 @@ __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
 _COUNTERS = (
     "hits", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
-    "stored_bytes",
+    "stored_bytes", "untrusted",
 )  # fmt: skip
 #: Why an entry is removed (its event kind) -> the counter it adds to.
 REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions"}
@@ -278,6 +278,13 @@ class RedisIndex:
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
             self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now)
+            await pipe.execute()
+
+    async def record_untrusted(self, manifest: Manifest) -> None:
+        """Count a load a client refused for a missing or wrong signature (one transaction)."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hincrby(self._stats, "untrusted", 1)
+            self._add_event(pipe, "untrusted", task_hash=manifest.hash, label=manifest.label)
             await pipe.execute()
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
