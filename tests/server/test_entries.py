@@ -32,9 +32,9 @@ def test_manifest(client: httpx.Client) -> None:
     assert manifest["last_access"] >= manifest["created"] > 0
     assert set(manifest) == {
         "hash", "digest", "kind", "storage", "nbytes", "dtype", "shape", "type",
-        "compute_seconds", "label", "created", "last_access", "hits", "pinned",
+        "compute_seconds", "label", "created", "last_access", "hits", "pinned", "signature",
     }  # fmt: skip
-    assert manifest["pinned"] is False
+    assert manifest["pinned"] is False and manifest["signature"] is None  # stored unsigned
     assert client.get(f"/v1/entries/{new_hash()}").status_code == 404
 
 
