@@ -39,6 +39,11 @@ class Metrics:
         self.corrupt = Counter(
             "result_cache_corrupt", "entries dropped as missing or corrupt", registry=self.registry
         )
+        self.untrusted = Counter(
+            "result_cache_untrusted",
+            "loads clients refused for a missing or wrong signature",
+            registry=self.registry,
+        )
         self.evictions = Counter(
             "result_cache_evictions", "entries evicted for max_bytes", registry=self.registry
         )

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "MAX_COMPUTE_SECONDS",
     "EntryList",
     "Event",
     "EventList",
@@ -16,6 +17,11 @@ __all__ = [
     "Manifest",
     "Stats",
 ]
+
+
+#: The largest ``X-Result-Compute-Seconds`` accepted (about 116 days): a finite bound, so that
+#: ``saved_seconds`` (their sum over hits) stays a finite number.
+MAX_COMPUTE_SECONDS = 1e7
 
 
 class LookupRequest(BaseModel):

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
 
-from cache_server.api.errors import ApiError, Forbidden, Unauthorized
+from cache_server.api.errors import ApiError, Forbidden, Unauthorized, answer_error
 
 __all__ = [
     "AuthenticateFirst",
@@ -196,11 +195,11 @@ class AuthenticateFirst:
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.public:
-            denied = await refusal(Request(scope), Scope.read)
+            request = Request(scope)
+            denied = await refusal(request, Scope.read)
             if denied is not None:
-                headers = {**(denied.headers or {}), "Connection": "close"}
-                response = JSONResponse({"detail": denied.message},
-                                        status_code=denied.status_code, headers=headers)
+                response = await answer_error(request, denied)
+                response.headers["Connection"] = "close"
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

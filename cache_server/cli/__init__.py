@@ -19,6 +19,7 @@ __all__ = ["COMMANDS", "cli", "main"]
 COMMANDS: dict[str, str] = {
     "demo": "cache_server.cli.demo:demo",
     "gc": "cache_server.cli.gc:gc",
+    "keygen": "cache_server.cli.keygen:keygen",
     "ls": "cache_server.cli.ls:ls",
     "pin": "cache_server.cli.pin:pin",
     "reindex": "cache_server.cli.reindex:reindex",

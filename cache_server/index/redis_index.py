@@ -36,7 +36,7 @@ from redis.exceptions import WatchError
 from cache_server.index.client import pack_fixed_width
 from cache_server.index.eviction import eviction_rank
 from cache_server.index.transactions import watched
-from cache_server.models import Event, Manifest, Stats
+from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, Stats
 
 __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
@@ -273,7 +273,9 @@ class RedisIndex:
         now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "hits", 1)
-            pipe.hincrbyfloat(self._stats, "saved_seconds", manifest.compute_seconds)
+            # (bounded: an entry stored before uploads were checked cannot make it infinite)
+            saved = min(manifest.compute_seconds, MAX_COMPUTE_SECONDS)
+            pipe.hincrbyfloat(self._stats, "saved_seconds", saved)
             pipe.hincrby(self._hits, manifest.hash, 1)
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)

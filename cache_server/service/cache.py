@@ -149,7 +149,8 @@ class ResultCache:
         if size is not None and not await to_thread.run_sync(self.storage.exists, upload.digest):
             await self._make_room(size)
         now = time.time()
-        reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now)
+        reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
+                                  signature=upload.signature)
         async with self._digest_locks.hold(upload.digest):
             try:
                 result = await to_thread.run_sync(
@@ -180,6 +181,13 @@ class ResultCache:
             await self._enforce_cap(keep=upload.task_hash)
         return indexed, created
 
+    async def report_untrusted(self, task_hash: str) -> None:
+        """A client refused this entry for a missing or wrong signature: count it. The entry
+        stays; only clients hold the key, so only they can judge it."""
+        manifest = await self.manifest(task_hash)
+        await self.index.record_untrusted(manifest)
+        self.metrics.untrusted.inc()
+
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest:
         """Pin (never evicted) or unpin an entry; idempotent. The pin is recorded in the
         object's sidecar first, then in the index, so a rebuilt index keeps it."""
@@ -194,7 +202,8 @@ class ResultCache:
                 raise EntryNotFound(task_hash) from None
             except KeyError:  # the sidecar lost this reference: record it again
                 reference = TaskReference(
-                    task_hash, manifest.label, manifest.compute_seconds, manifest.created, pinned
+                    task_hash, manifest.label, manifest.compute_seconds, manifest.created, pinned,
+                    manifest.signature,
                 )
                 await to_thread.run_sync(self.storage.add_task, manifest.digest, reference)
             updated = await self.index.set_pinned(task_hash, pinned)

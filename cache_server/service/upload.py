@@ -7,16 +7,20 @@ body whose metadata it would refuse.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
-from cache_server.models import Manifest
+from cache_server.models import MAX_COMPUTE_SECONDS, Manifest
 from cache_server.service.errors import InvalidUpload
 from storage import ObjectHeader, Sidecar, TaskReference, is_digest
 
-__all__ = ["MAX_LABEL_CHARS", "MAX_TYPE_CHARS", "Upload", "manifest_for"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TYPE_CHARS", "Upload", "manifest_for"]
 
 MAX_LABEL_CHARS = 1024
 MAX_TYPE_CHARS = 512
+MAX_SIGNATURE_CHARS = 256
+#: A client's signature is opaque to the server: visible ASCII, no spaces or commas.
+_SIGNATURE = re.compile(rf"[!-+\--~]{{1,{MAX_SIGNATURE_CHARS}}}")
 
 
 @dataclass(frozen=True)
@@ -31,12 +35,18 @@ class Upload:
     label: str
     type_name: str | None
     content_length: int | None
+    signature: str | None = None
 
     def __post_init__(self) -> None:
         if not is_digest(self.digest):
             raise InvalidUpload("X-Result-Digest must be 32 lowercase hex characters")
-        if not math.isfinite(self.compute_seconds) or self.compute_seconds < 0:
-            raise InvalidUpload("X-Result-Compute-Seconds must be a finite float >= 0")
+        seconds = self.compute_seconds
+        if not (math.isfinite(seconds) and 0 <= seconds <= MAX_COMPUTE_SECONDS):
+            raise InvalidUpload("X-Result-Compute-Seconds must be a finite float from 0 to "
+                                f"{MAX_COMPUTE_SECONDS:g}")
+        if self.signature is not None and not _SIGNATURE.fullmatch(self.signature):
+            raise InvalidUpload(f"X-Result-Signature must be 1 to {MAX_SIGNATURE_CHARS} "
+                                "visible ASCII characters without commas")
         if len(self.label) > MAX_LABEL_CHARS:
             raise InvalidUpload(f"X-Result-Label is longer than {MAX_LABEL_CHARS} characters")
         if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
@@ -68,4 +78,5 @@ def manifest_for(sidecar: Sidecar, task: TaskReference) -> Manifest:
         created=task.created,
         last_access=task.created,
         pinned=task.pinned,
+        signature=task.signature,
     )

@@ -40,6 +40,7 @@ ROUTES = {
     ("DELETE", "/v1/entries/{task_hash}"): "write",
     ("POST", "/v1/entries/{task_hash}/pin"): "write",
     ("POST", "/v1/entries/{task_hash}/unpin"): "write",
+    ("POST", "/v1/entries/{task_hash}/untrusted"): "read",
     ("GET", "/v1/stats"): "read",
     ("GET", "/v1/events"): "read",
     ("GET", "/metrics"): "read",

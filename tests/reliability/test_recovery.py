@@ -19,20 +19,10 @@ import pytest
 from cache_server.launch import start_server
 from tests.server.wire import encode_array, encode_pickle, new_hash, pieces, put
 from tests.stress.kill_restart import leftovers
+from tests.stress.self_repair import embedded_redis
 
 #: What item 7 asks: healthy again within this long after Redis was killed.
 RECOVERY_SECONDS = 10.0
-
-
-def embedded_redis(data_dir: Path) -> tuple[psutil.Process, psutil.Process]:
-    """(guard, redis-server) of the embedded Redis of ``data_dir``."""
-    lock = str(data_dir.resolve() / "redis" / "lock")
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        if "cache_server._redis_guard" in " ".join(cmdline) and lock in cmdline:
-            (child,) = process.children()
-            return process, child
-    raise AssertionError(f"no embedded Redis for {data_dir}")
 
 
 def wait_until(condition, timeout: float) -> bool:

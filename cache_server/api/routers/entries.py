@@ -51,6 +51,14 @@ async def unpin_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
     return await cache.set_pinned(task_hash, False)
 
 
+@router.post("/v1/entries/{task_hash}/untrusted", status_code=204, responses=errors(404))
+async def report_untrusted(task_hash: TaskHash, cache: CacheDep) -> Response:
+    """A client did not load this entry: its signature is missing or wrong for the client's
+    key (docs/protocol.md, "Signed results"). Counted as ``untrusted``; the entry stays."""
+    await cache.report_untrusted(task_hash)
+    return Response(status_code=204)
+
+
 @router.delete(
     "/v1/entries/{task_hash}",
     status_code=204,

@@ -64,6 +64,7 @@ async def put_object(
     dtype: Annotated[str | None, Header(alias="X-Result-Dtype")] = None,
     shape: Annotated[str | None, Header(alias="X-Result-Shape")] = None,
     type_name: Annotated[str | None, Header(alias="X-Result-Type")] = None,
+    signature: Annotated[str | None, Header(alias="X-Result-Signature")] = None,
 ) -> Response:
     """Store a result. Durable before indexed; idempotent; nothing kept on any error."""
     upload = Upload(
@@ -74,6 +75,7 @@ async def put_object(
         label=_decode_label(label),
         type_name=type_name or None,
         content_length=_parse_content_length(request.headers.get("content-length")),
+        signature=signature,
     )
     manifest, created = await cache.store(upload, request.stream())
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
@@ -99,6 +101,8 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
         headers["X-Result-Shape"] = header.shape_text
     if manifest.type:
         headers["X-Result-Type"] = manifest.type
+    if manifest.signature:
+        headers["X-Result-Signature"] = manifest.signature
     return headers
 
 
