@@ -19,13 +19,19 @@ import dask.config
 from dask._task_spec import GraphNode
 from dask.base import get_scheduler, unpack_collections
 
-from .errors import CacheAccessDenied, CacheEntryUnavailable, ResultCacheError
+from .errors import (
+    CacheAccessDenied,
+    CacheEntryUnavailable,
+    CacheEntryUntrusted,
+    ResultCacheError,
+)
 from .graph import Materialized, materialize, toposort, unfuse
 from .hashing import GraphHashes, hash_graph
 from .notices import warn_once
 from .policy import resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
+from .signing import SigningKey, configured_key
 from .tasks import pop_counts
 from .transport import CacheClient
 
@@ -99,7 +105,7 @@ def cached_compute(
         return repack(_run(schedule, m.graph, m, compute_kwargs))
 
     fused = m
-    m, order, hashes = _hash(fused, namespace)
+    m, order, hashes = _hash(fused, namespace, client.signing_key)
     cacheable = cacheable_keys(m, hashes)
     cacheable_hashes = set(cacheable.values())
     report.tasks = len(order)
@@ -120,6 +126,7 @@ def cached_compute(
 
     run_id = uuid.uuid4().hex
     distrusted: set[str] = set()
+    untrusted: set[str] = set()
     for attempt in range(3):
         usable = hits - distrusted if attempt < 2 else set()
         if attempt == 2:
@@ -136,6 +143,21 @@ def cached_compute(
         lap("rewrite")
         try:
             results = _run(schedule, rewritten.graph, m, compute_kwargs, hashes.pinned)
+        except CacheEntryUntrusted as exc:
+            # Someone who can write to the cache replaced it; whatever else this run would
+            # load is checked now (headers only), not one retry per replaced entry.
+            loads = {hashes.hashes[k] for k in rewritten.loaded_keys if k in hashes.hashes}
+            found = {exc.task_hash} | client.untrusted_among(loads - {exc.task_hash})
+            untrusted |= found
+            distrusted |= found
+            report.untrusted = len(untrusted)
+            report.retried.extend(sorted(found))
+            warn_once(f"cached_compute: {len(found)} cached result(s) in {client.url} have "
+                      "no valid signature for result-cache.signing-key (written by someone "
+                      "without the key): not loaded (nothing was unpickled), recomputed; "
+                      "counted as untrusted in the run report and the server's stats",
+                      key=f"untrusted: {client.url}", user_warning=True)
+            continue
         except CacheEntryUnavailable as exc:
             logger.warning("cached_compute: %s; recomputing without it", exc)
             distrusted.add(exc.task_hash)
@@ -155,11 +177,13 @@ def cached_compute(
 def task_hashes(*args: Any, namespace: str | None = None, traverse: bool = True,
                 optimize_graph: bool = True) -> dict[Key, str | None]:
     """The task hash of every task ``cached_compute(*args)`` would consider, by Dask key
-    (``None`` for volatile tasks). Talks to no server; for debugging misses."""
+    (``None`` for volatile tasks), keyed by this process's ``result-cache.signing-key``
+    when it has one. Talks to no server; for debugging misses."""
     collections, _ = unpack_collections(*args, traverse=traverse)
     if not collections:
         return {}
-    _, order, hashes = _hash(materialize(collections, optimize_graph), _namespace(namespace))
+    _, order, hashes = _hash(materialize(collections, optimize_graph), _namespace(namespace),
+                             configured_key())
     return {k: hashes.hashes.get(k) for k in order}
 
 
@@ -171,11 +195,12 @@ def _namespace(namespace: str | None) -> str:
     return namespace
 
 
-def _hash(fused: Materialized, namespace: str) -> tuple[Materialized, list[Key], GraphHashes]:
-    """Unfuse, order and hash a materialised graph."""
+def _hash(fused: Materialized, namespace: str, signing_key: SigningKey | None
+          ) -> tuple[Materialized, list[Key], GraphHashes]:
+    """Unfuse, order and hash a materialised graph (hashes keyed by ``signing_key``)."""
     m = unfuse(fused)
     order = toposort(m.graph, m.keys)
-    return m, order, hash_graph(m.graph, order, namespace, m)
+    return m, order, hash_graph(m.graph, order, namespace, m, signing_key)
 
 
 def _root_reasons(volatile: dict[Key, str]) -> list[str]:

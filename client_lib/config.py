@@ -15,6 +15,7 @@ DEFAULTS = {
     "result-cache": {
         "url": None,  # e.g. http://127.0.0.1:8780
         "token": None,  # bearer token, when the server requires one
+        "signing-key": None,  # team secret: sign and check results (dask-cache keygen)
         "namespace": "default",
         "policy": "auto",  # auto | all | outputs | none
         "auto": {

@@ -14,6 +14,7 @@ import os
 import threading
 import urllib.parse
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dask.config
@@ -24,14 +25,22 @@ from .errors import (
     CacheAccessDenied,
     CacheEntryCorrupt,
     CacheEntryUnavailable,
+    CacheEntryUntrusted,
     CacheProtocolError,
     CacheUnavailable,
+    ResultCacheError,
 )
+from .notices import warn_once
+from .signing import SigningKey, configured_key
 
 __all__ = ["CacheClient"]
 
 _TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=300.0, pool=60.0)
 _LOOKUP_BATCH = 200_000
+#: The protocol's bound on ``X-Result-Compute-Seconds`` (about 116 days).
+MAX_COMPUTE_SECONDS = 1e7
+_FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
+_UNTRUSTED = "no valid signature for result-cache.signing-key; not loaded"
 
 
 class CacheClient:
@@ -47,37 +56,47 @@ class CacheClient:
     stack). Hashes name computations, not servers, so a worker that reaches a different
     server than the client still returns correct values: its loads miss and are recomputed.
     An explicit URL travels unchanged.
+
+    ``signing_key`` (default: this process's ``result-cache.signing-key``; a secret string
+    or a :class:`~client_lib.signing.SigningKey`) signs every store and is checked on every
+    load before anything is unpickled (docs/protocol.md, "Signed results"). It travels with
+    the client to the workers, never to the server; a worker uses its own configured key
+    only when the sender has none.
     """
 
-    _shared: dict[tuple[str, str | None, bool, int], CacheClient] = {}
+    _shared: dict[tuple[str, str | None, bool, int, SigningKey | None], CacheClient] = {}
     _shared_lock = threading.Lock()
 
-    def __init__(self, url: str, token: str | None = None, *, from_config: bool = False) -> None:
+    def __init__(self, url: str, token: str | None = None, *, from_config: bool = False,
+                 signing_key: SigningKey | str | None = _FROM_CONFIG) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"cache URL must start with http:// or https://, got {url!r}")
         self.url = url.rstrip("/")
         self.token = token
         self.from_config = from_config
+        self.signing_key = _signing_key(signing_key)
         self._http: httpx.Client | None = None
         self._lock = threading.Lock()
         # Set once the server refuses a store: later stores skip the upload.
         self._store_refused: CacheAccessDenied | None = None
 
     @classmethod
-    def shared(cls, url: str, token: str | None = None, *,
-               from_config: bool = False) -> CacheClient:
-        """The process-wide client for ``url`` (a fork gets its own pool)."""
-        key = (url.rstrip("/"), token, from_config, os.getpid())
+    def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
+               signing_key: SigningKey | str | None = _FROM_CONFIG) -> CacheClient:
+        """The process-wide client for ``url`` and key (a fork gets its own pool)."""
+        signing_key = _signing_key(signing_key)
+        key = (url.rstrip("/"), token, from_config, os.getpid(), signing_key)
         client = cls._shared.get(key)
         if client is None:
             with cls._shared_lock:
-                client = cls._shared.setdefault(key, cls(url, token, from_config=from_config))
+                client = cls._shared.setdefault(key, cls(
+                    url, token, from_config=from_config, signing_key=signing_key))
         return client
 
     def __reduce__(self):
         if self.from_config:
-            return (_configured_client, (self.url, self.token))
-        return (CacheClient.shared, (self.url, self.token))
+            return (_configured_client, (self.url, self.token, self.signing_key))
+        return (_explicit_client, (self.url, self.token, self.signing_key))
 
     def __repr__(self) -> str:
         return f"CacheClient({self.url!r})"
@@ -176,10 +195,11 @@ class CacheClient:
         if self._store_refused is not None:
             raise self._store_refused
         enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
+        seconds = min(max(float(compute_seconds), 0.0), MAX_COMPUTE_SECONDS)
         headers = {
             "X-Result-Kind": enc.kind,
             "X-Result-Digest": enc.digest,
-            "X-Result-Compute-Seconds": repr(float(max(compute_seconds, 0.0))),
+            "X-Result-Compute-Seconds": repr(seconds),
             "X-Result-Label": urllib.parse.quote(label, safe=""),
             "X-Result-Type": enc.type_name,
             "Content-Length": str(enc.nbytes),
@@ -187,6 +207,9 @@ class CacheClient:
         if enc.kind == "ndarray":
             headers["X-Result-Dtype"] = enc.dtype
             headers["X-Result-Shape"] = enc.shape
+        if self.signing_key is not None:
+            headers["X-Result-Signature"] = self.signing_key.sign(
+                task_hash, enc.kind, enc.dtype, enc.shape, enc.digest)
         # memoryview slices of the value itself: h11 copies each once into the request
         # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
         body = enc.chunks()
@@ -206,9 +229,11 @@ class CacheClient:
     def get(self, task_hash: str) -> Any:
         """Load and verify the value stored under ``task_hash``.
 
-        Raises :class:`CacheEntryUnavailable` if the entry is gone, and its subclass
-        :class:`CacheEntryCorrupt` if the bytes do not match their digest (the value is
-        never returned then).
+        Raises :class:`CacheEntryUnavailable` if the entry is gone, and its subclasses
+        :class:`CacheEntryCorrupt` if the bytes do not match their digest and
+        :class:`CacheEntryUntrusted` if this client has a signing key and the entry no valid
+        signature (checked on the headers: the body is not even downloaded; the server is
+        told). Nothing is decoded, let alone unpickled, before both checks pass.
         """
         path = f"/v1/objects/{task_hash}"
         try:
@@ -220,7 +245,12 @@ class CacheClient:
                 h = response.headers
                 kind, digest = h["x-result-kind"], h["x-result-digest"]
                 dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
+                if not self._trusted(task_hash, h):
+                    raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
                 body = _read_body(response, kind, dtype, shape)
+        except CacheEntryUntrusted:
+            self.report_untrusted(task_hash)
+            raise
         except httpx.HTTPError as exc:
             raise CacheUnavailable(f"GET {self.url}{path} failed: {exc}") from exc
         except KeyError as exc:
@@ -229,6 +259,56 @@ class CacheClient:
         if actual != digest:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
+
+
+    def _trusted(self, task_hash: str, headers: httpx.Headers) -> bool:
+        """Whether an object's headers carry our signature for ``task_hash`` (always, for a
+        client without a key)."""
+        key = self.signing_key
+        return key is None or key.verify(
+            headers.get("x-result-signature"), task_hash, headers.get("x-result-kind", ""),
+            headers.get("x-result-dtype", ""), headers.get("x-result-shape", ""),
+            headers.get("x-result-digest", ""))
+
+    def untrusted_among(self, hashes: Iterable[str]) -> set[str]:
+        """Which of ``hashes`` lack a valid signature, from their headers (``HEAD``, no
+        body, no hit counted); each one found is reported to the server. Empty without a
+        key. For when one untrusted entry suggests that others were replaced too."""
+        hashes = list(hashes)
+        if self.signing_key is None or not hashes:
+            return set()
+
+        def untrusted(task_hash: str) -> bool:
+            try:
+                response = self._request("HEAD", f"/v1/objects/{task_hash}")
+            except ResultCacheError:
+                return False  # unknown: its own load will tell
+            return response.status_code == 200 and not self._trusted(task_hash,
+                                                                        response.headers)
+
+        with ThreadPoolExecutor(max_workers=min(8, len(hashes))) as pool:
+            found = {h for h, bad in zip(hashes, pool.map(untrusted, hashes), strict=True)
+                     if bad}
+        for task_hash in found:
+            self.report_untrusted(task_hash)
+        return found
+
+    def report_untrusted(self, task_hash: str) -> None:
+        """Tell the server that this entry was not loaded for its signature (counted as
+        ``untrusted`` in its stats). Best effort: never raises."""
+        try:
+            self._request("POST", f"/v1/entries/{task_hash}/untrusted")
+        except ResultCacheError as exc:
+            warn_once(f"result cache: could not report an untrusted entry to {self.url}: "
+                      f"{exc}", key=f"report untrusted: {self.url}")
+
+
+def _signing_key(value: SigningKey | str | None) -> SigningKey | None:
+    if value is _FROM_CONFIG:
+        return configured_key()
+    if value is None or isinstance(value, SigningKey):
+        return value
+    return SigningKey(value)
 
 
 def _read_body(response: httpx.Response, kind: str, dtype: str,
@@ -269,14 +349,36 @@ def _expect(response: httpx.Response, status: int) -> None:
                                  f"{_detail(response)}")
 
 
-def _configured_client(url: str, token: str | None) -> CacheClient:
-    """Unpickle a ``from_config`` client: this process's own settings win over the sender's."""
+def _configured_client(url: str, token: str | None,
+                       signing_key: SigningKey | None = None) -> CacheClient:
+    """Unpickle a ``from_config`` client: this process's own URL and token win over the
+    sender's; the sender's signing key wins over this process's (it hashed the tasks)."""
+    key = signing_key or _own_key()
     own_url = dask.config.get("result-cache.url", None)
     if not own_url:
-        return CacheClient.shared(url, token, from_config=True)
+        return CacheClient.shared(url, token, from_config=True, signing_key=key)
     # The sender's token is never sent to a URL the sender did not choose.
     return CacheClient.shared(own_url, dask.config.get("result-cache.token", None),
-                              from_config=True)
+                              from_config=True, signing_key=key)
+
+
+def _explicit_client(url: str, token: str | None,
+                     signing_key: SigningKey | None = None) -> CacheClient:
+    """Unpickle a client made for an explicit URL: everything as sent (this process's own
+    signing key only if the sender had none)."""
+    return CacheClient.shared(url, token, signing_key=signing_key or _own_key())
+
+
+def _own_key() -> SigningKey | None:
+    """This (worker) process's configured key; a malformed one is reported, not fatal here:
+    the task must not fail for it, and without a key nothing is loaded unchecked that the
+    sender would have checked (the sender had no key either)."""
+    try:
+        return configured_key()
+    except (TypeError, ValueError) as exc:
+        warn_once(f"result cache: ignoring this process's result-cache.signing-key: {exc}",
+                  key="bad signing key")
+        return None
 
 
 def _detail(response: httpx.Response) -> str:

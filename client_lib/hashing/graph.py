@@ -6,6 +6,10 @@ dependency replaced by its task hash)``. A ``DataNode`` hashes its value, an ``A
 is its target's hash, a nested ``Task`` argument hashes as the standalone task it would be
 if Dask had not inlined it (so inlined and separate forms agree), containers are walked.
 A task whose hash cannot be computed is *volatile*, and so is everything downstream.
+
+With a signing key (docs/protocol.md, "Signed results") the published hash of every task
+is keyed, ``HMAC-SHA256(K_hash, task_hash)[:16]``, so that nobody without the key can
+compute it; the Merkle chain underneath (and the namespace in it) stays as above.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dask._task_spec import (
 from dask.utils import funcname
 
 from ..errors import VolatileValue
+from ..signing import SigningKey
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
 from .registry import HANDLERS, Dispatch
@@ -73,9 +78,10 @@ class GraphHasher:
     """
 
     def __init__(self, graph: Mapping[Key, GraphNode], namespace: str, annotations: Any,
-                 handlers: Dispatch = HANDLERS) -> None:
+                 handlers: Dispatch = HANDLERS, signing_key: SigningKey | None = None) -> None:
         self.graph = graph
         self.annotations = annotations
+        self.signing_key = signing_key
         self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
         self.digests: dict[Key, bytes] = {}
         self.result = GraphHashes()
@@ -101,7 +107,8 @@ class GraphHasher:
                 result.volatile[key] = exc.reason
                 continue
             self.digests[key] = digest
-            result.hashes[key] = digest.hex()
+            result.hashes[key] = (digest.hex() if self.signing_key is None
+                                  else self.signing_key.keyed_hash(digest))
         return result
 
     def _node_digest(self, key: Key, node: GraphNode) -> bytes:
@@ -202,13 +209,15 @@ class GraphHasher:
 
 
 def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
-               annotations: Any = None) -> GraphHashes:
+               annotations: Any = None, signing_key: SigningKey | None = None) -> GraphHashes:
     """Hash the nodes of ``graph`` named in ``order`` (dependencies first).
 
     ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
     :class:`~client_lib.graph.Materialized`): ``cache=False`` makes a task volatile and
-    ``cache_version=...`` replaces its function's code in the hash.
+    ``cache_version=...`` replaces its function's code in the hash. ``signing_key`` keys
+    the published hashes.
     """
-    result = GraphHasher(graph, namespace, annotations).run(order)
+    result = GraphHasher(graph, namespace, annotations,
+                         signing_key=signing_key).run(order)
     result.pinned = side_effect_keys(graph, order)
     return result

@@ -1,0 +1,103 @@
+"""``result-cache.signing-key``: the signature format of docs/protocol.md (recomputed here
+independently), where the key comes from in each process, and that it never shows."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import pickle
+import subprocess
+import sys
+
+import dask
+import pytest
+
+from client_lib import CacheClient
+from client_lib.api import resolve_cache
+from client_lib.signing import SigningKey
+
+SECRET = "3f" * 32
+OTHER = "a1" * 32
+URL = "http://cache-server:8780"
+
+
+def documented_signature(secret: str, task_hash: str, kind: str, dtype: str, shape: str,
+                         digest: str) -> str:
+    """docs/protocol.md, "Signed results", step by step."""
+    k_sig = hmac.new(secret.encode(), b"dask-result-cache signature", hashlib.sha256).digest()
+    message = (f"dask-result-cache signature v1\nhash={task_hash}\nkind={kind}\n"
+               f"dtype={dtype}\nshape={shape}\ndigest={digest}\n").encode()
+    return "v1." + hmac.new(k_sig, message, hashlib.sha256).hexdigest()
+
+
+def documented_keyed_hash(secret: str, digest: bytes) -> str:
+    k_hash = hmac.new(secret.encode(), b"dask-result-cache task hash", hashlib.sha256).digest()
+    return hmac.new(k_hash, digest, hashlib.sha256).digest()[:16].hex()
+
+
+def test_signatures_and_keyed_hashes_are_what_the_protocol_says():
+    key = SigningKey(SECRET)
+    fields = ("ab" * 16, "ndarray", "<f8", "[3,4]", "cd" * 16)
+    assert key.sign(*fields) == documented_signature(SECRET, *fields)
+    assert key.verify(documented_signature(SECRET, *fields), *fields)
+    assert key.keyed_hash(b"\x01" * 16) == documented_keyed_hash(SECRET, b"\x01" * 16)
+
+
+def test_a_signature_binds_every_field():
+    key = SigningKey(SECRET)
+    fields = ["ab" * 16, "pickle", "", "", "cd" * 16]
+    signature = key.sign(*fields)
+    for i, other in enumerate(["ef" * 16, "ndarray", "<f8", "[1]", "00" * 16]):
+        changed = list(fields)
+        changed[i] = other
+        assert not key.verify(signature, *changed), i
+    assert not SigningKey(OTHER).verify(signature, *fields)
+    for bad in (None, "", "v2." + signature[3:], signature[:-1], signature + "0", "v1.zz"):
+        assert not key.verify(bad, *fields), bad
+
+
+def test_weak_or_mangled_keys_are_refused():
+    with pytest.raises(ValueError, match="keygen"):
+        SigningKey("short")
+    with dask.config.set({"result-cache.signing-key": 1234567890123456789012345678901234}), \
+            pytest.raises(TypeError, match="number"):
+        resolve_cache("http://127.0.0.1:1")
+    keygen = subprocess.run([sys.executable, "-m", "cache_server", "keygen"],
+                            capture_output=True, text=True, check=True, timeout=60)
+    env = {**os.environ, "DASK_RESULT_CACHE__SIGNING_KEY": keygen.stdout.strip()}
+    read_back = subprocess.run(
+        [sys.executable, "-c", "import client_lib, dask; "
+         "print(dask.config.get('result-cache.signing-key'))"],
+        env=env, capture_output=True, text=True, check=True, timeout=60)
+    assert read_back.stdout.strip() == keygen.stdout.strip()  # a string, unchanged
+
+
+def on_worker(client: CacheClient, **worker_config: object) -> CacheClient:
+    data = pickle.dumps(client)
+    assert SECRET.encode() not in data and OTHER.encode() not in data  # never the secret
+    with dask.config.set({f"result-cache.{k}": v for k, v in worker_config.items()}):
+        return pickle.loads(data)
+
+
+def test_the_senders_key_travels_to_the_workers():
+    with dask.config.set({"result-cache.url": URL, "result-cache.signing-key": SECRET}):
+        configured = resolve_cache()
+        explicit = resolve_cache(URL)
+    assert configured is not None and explicit is not None
+    for client in (configured, explicit):
+        assert client.signing_key == SigningKey(SECRET)
+        assert SECRET not in repr(client) and SECRET not in repr(client.signing_key)
+        for worker_key in (None, OTHER):  # the sender's key wins: it hashed the tasks
+            worker = on_worker(client, url=URL, **{"signing-key": worker_key})
+            assert worker.signing_key == SigningKey(SECRET)
+
+
+def test_a_worker_uses_its_own_key_when_the_sender_has_none():
+    with dask.config.set({"result-cache.url": URL, "result-cache.signing-key": None}):
+        client = resolve_cache()
+    assert client is not None and client.signing_key is None
+    assert on_worker(client, **{"signing-key": OTHER}).signing_key == SigningKey(OTHER)
+    assert on_worker(client, **{"signing-key": None}).signing_key is None
+    # a malformed key on a worker is reported there, not fatal to the task
+    assert on_worker(client, **{"signing-key": "short"}).signing_key is None
