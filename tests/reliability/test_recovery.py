@@ -6,9 +6,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,21 +14,13 @@ import psutil
 import pytest
 
 from cache_server.launch import start_server
-from tests.server.wire import encode_array, encode_pickle, new_hash, pieces, put
-from tests.stress.kill_restart import leftovers
+from tests.server.test_embedded import wait_until
+from tests.server.wire import encode_array, encode_pickle, new_hash, put
+from tests.stress import self_repair
 from tests.stress.self_repair import embedded_redis
 
 #: What item 7 asks: healthy again within this long after Redis was killed.
 RECOVERY_SECONDS = 10.0
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 def healthy(url: str) -> bool:
@@ -68,38 +57,10 @@ def test_a_killed_embedded_redis_is_restarted_and_loses_nothing(tmp_path: Path) 
 @pytest.mark.slow
 def test_a_restarted_server_removes_what_a_killed_upload_left(tmp_path: Path,
                                                                redis_url: str) -> None:
-    data_dir = tmp_path / "data"
-    prefix = f"tmp-{new_hash()[:8]}:"
-    server = start_server(data_dir, redis_url=redis_url, redis_prefix=prefix)
-    encoded = encode_array(np.ones(8 * 2**20 // 8))  # 8 MiB
-    half_sent = threading.Event()
-
-    def slow_body() -> Iterator[bytes]:
-        for n, piece in enumerate(pieces(encoded.body)):
-            if n == 4:
-                half_sent.set()
-                time.sleep(60)  # the server is killed meanwhile
-            yield piece
-
-    def upload() -> None:
-        try:
-            httpx.put(f"{server.url}/v1/objects/{new_hash()}", content=slow_body(),
-                      headers=encoded.headers(), timeout=120)
-        except httpx.TransportError:
-            pass
-
-    uploader = threading.Thread(target=upload, daemon=True)
-    uploader.start()
-    try:
-        assert half_sent.wait(60)
-        assert wait_until(lambda: leftovers(data_dir)["temporary"] > 0, 30)
-    finally:
-        os.kill(server.pid, signal.SIGKILL)
-        server.process.wait()
-    assert leftovers(data_dir)["temporary"] > 0  # what the kill left behind
-    with start_server(data_dir, redis_url=redis_url, redis_prefix=prefix) as again:
-        assert leftovers(data_dir)["temporary"] == 0
-        assert "temporary" in again.log_tail(50)
+    report = self_repair.killed_upload(tmp_path, redis_url, mib=64)  # 16 MiB Zarr chunks
+    assert report["temporary_bytes_after_kill"] > 0  # what the kill left behind
+    assert report["temporary_bytes_after_restart"] == 0
+    assert report["restart_logged_removal"]
 
 
 def test_compute_seconds_are_bounded(fresh_server) -> None:

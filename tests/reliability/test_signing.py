@@ -28,16 +28,7 @@ import pytest
 from cache_server.launch import RunningServer, start_server
 from client_lib import cached_compute, last_report, task_hashes
 from tests.server.wire import Encoded, encode_array, put
-
-
-class _Payload:
-    """Unpickling this creates ``marker`` (proof that it ran) and evaluates to ``value``."""
-
-    def __init__(self, marker: Path, value: object) -> None:
-        self.code = f"__import__('os').mkdir({str(marker)!r}) or {value!r}"
-
-    def __reduce__(self):
-        return (eval, (self.code,))
+from tests.stress.poisoned import Payload
 
 
 def summarise(n: int) -> dict:
@@ -79,7 +70,7 @@ def key() -> Iterator[str]:
 
 
 def poison_for(marker: Path, value: object) -> Encoded:
-    return Encoded("pickle", pickle.dumps(_Payload(marker, value)))
+    return Encoded("pickle", pickle.dumps(Payload(marker, value)))
 
 
 def victim_stores_then_attacker_replaces(server: RunningServer, marker: Path,

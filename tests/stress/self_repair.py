@@ -115,10 +115,11 @@ def killed_upload(workdir: Path, redis_url: str | None, mib: int) -> dict[str, A
     os.killpg(server.pid, signal.SIGKILL)
     server.process.wait()
     left = temporary_bytes(data_dir)
-    with start_server(data_dir, redis_url=redis_url):
+    with start_server(data_dir, redis_url=redis_url) as again:
         after = temporary_bytes(data_dir)
+        logged = "temporary" in again.log_tail(50)
     return {"upload_mib": mib, "temporary_bytes_after_kill": left,
-            "temporary_bytes_after_restart": after}
+            "temporary_bytes_after_restart": after, "restart_logged_removal": logged}
 
 
 def huge_compute_seconds(workdir: Path) -> dict[str, Any]:
