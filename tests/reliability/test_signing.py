@@ -150,6 +150,35 @@ def test_arrays_are_bound_to_their_task(fresh_server, key):
     assert last_report().untrusted == 1 and last_report().loaded == 0
 
 
+def padded(n: int) -> dict:
+    return {"n": n, "padding": b"p" * (3 * 2**20)}  # a 3 MiB pickle
+
+
+def big(n: int) -> np.ndarray:
+    return np.arange(n, dtype="float64")  # stored as Zarr from 1 MiB on
+
+
+def test_large_objects_are_checked_the_same_way(fresh_server, key, tmp_path):
+    """Objects large enough to take other storage and transfer paths (Zarr arrays, large
+    blobs): nothing is decoded before the signature is checked."""
+    server = fresh_server()
+    ns = uuid.uuid4().hex
+    values = [dask.delayed(padded, pure=True)(1), dask.delayed(big, pure=True)(2**20)]
+    cached_compute(*values, cache=server.url, namespace=ns, policy="all", scheduler="threads")
+    pickled, array = the_entry(server, "padded"), the_entry(server, "big")
+    assert array["storage"] == "zarr" and array["signature"]
+    marker = tmp_path / "ran"
+    poison = pickle.dumps((Payload(marker, 666), b"p" * (3 * 2**20)))
+    replace_entry(server, pickled["hash"], Encoded("pickle", poison))
+    replace_entry(server, array["hash"], encode_array(np.full(2**20, 666.0)),
+                  signature=array["signature"])
+    again = cached_compute(*values, cache=server.url, namespace=ns, scheduler="threads")
+    assert not marker.exists()
+    assert again[0] == padded(1)
+    np.testing.assert_array_equal(again[1], big(2**20))
+    assert last_report().untrusted == 2 and last_report().loaded == 0
+
+
 def test_hashes_cannot_be_computed_without_the_key(key):
     value = dask.delayed(summarise, pure=True)(9)
     keyed = set(task_hashes(value).values())
