@@ -16,7 +16,6 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from anyio import to_thread
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -88,9 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else:
             _warn_without_tokens(exposed)
         async with open_cache(settings, metrics, lock_wait=LOCK_WAIT_SECONDS) as cache:
-            # We hold the data directory's lock: whatever is still being written is a
-            # leftover of a process that died (a kill during an upload), never a live write.
-            swept = await to_thread.run_sync(cache.storage.sweep_temporary)
+            swept = await cache.remove_leftovers()
             if swept:
                 logger.warning("removed %d temporary paths left by interrupted writes", swept)
             app.state.cache = cache

@@ -122,6 +122,12 @@ class ResultCache:
         """The most recent events, newest first."""
         return await self.index.events(limit)
 
+    async def remove_leftovers(self) -> int:
+        """Remove what interrupted writes left in storage; returns how many paths. Only while
+        nothing writes yet: at start, under the data directory's lock, any temporary path
+        is a leftover of a process that died (a kill during an upload), never a live write."""
+        return await to_thread.run_sync(self.storage.sweep_temporary)
+
     async def check_health(self) -> None:
         """Return if the index answers, else raise :class:`IndexUnavailable`."""
         try:
