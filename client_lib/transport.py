@@ -260,7 +260,6 @@ class CacheClient:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
 
-
     def _trusted(self, task_hash: str, headers: httpx.Headers) -> bool:
         """Whether an object's headers carry our signature for ``task_hash`` (always, for a
         client without a key)."""
