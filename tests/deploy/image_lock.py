@@ -48,8 +48,13 @@ def canonical(name: str) -> str:
 
 
 def installed_versions() -> dict[str, str]:
-    """Every distribution installed in this environment, by canonical name."""
-    return {canonical(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    """Every distribution installed in this environment, by canonical name: the one an
+    import would find (the first on ``sys.path``), not copies vendored inside a package
+    (setuptools puts ``setuptools/_vendor`` with older ``packaging`` and friends on it)."""
+    versions: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        versions.setdefault(canonical(dist.metadata["Name"]), dist.version)
+    return versions
 
 
 def locked_versions(path: Path = LOCK_FILE) -> dict[str, str]:
