@@ -21,6 +21,7 @@ from tests.correctness._projects import (
     delayed_case,
     pipe,
 )
+from tests.correctness._round2_cases import CASES as SECOND_ROUND
 
 __all__ = ["CASES", "LIBRARIES"]
 
@@ -426,6 +427,9 @@ API_EXPRESSIONS = {
 CASES += [Case(f"helper edit through {api}", {"pipe.py": api_pipe(expr, 2)},
                {"pipe.py": api_pipe(expr, 3)}, recompute=None)
           for api, expr in API_EXPRESSIONS.items()]
+
+
+CASES += SECOND_ROUND  # issue 10's value, version, path and IO cases
 
 
 def check_unique() -> None:
