@@ -4,6 +4,8 @@ Run as a script it computes every entry with ``cached_compute`` and pickles the 
 and cache reports, so tests can run the corpus cold and warm in fresh processes:
 
     python -m tests.client._corpus URL NAMESPACE OUT.pkl [--scheduler threads] [--h5 PATH]
+
+The IO entries read files next to the HDF5 file (``_corpus_values.write_inputs``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import dask.bag as db
 import dask.dataframe as dd
 import numpy as np
 import pandas as pd
+
+from tests.client._corpus_values import ENTRIES
 
 CORPUS: dict[str, Callable[[dict], object]] = {}
 
@@ -387,6 +391,9 @@ def bag_flatten_topk(ctx):
 def bag_fold_distinct(ctx):
     b = db.from_sequence([i % 6 for i in range(30)], npartitions=3)
     return b.fold(operator.add), b.distinct().count()
+
+
+CORPUS.update(ENTRIES)  # IO functions and subtle values (issue 10)
 
 
 def build(name: str, ctx: dict) -> object:

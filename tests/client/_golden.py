@@ -393,7 +393,11 @@ def compute(group: str, h5_path: str) -> dict[str, Any]:
     from tests.client._hash_probe import hash_graphs, probe_graphs
 
     return {name: hashes for name, hashes in hash_graphs(probe_graphs(h5_path)).items()
-            if "h5py" not in name}
+            if "h5py" not in name and not name.startswith(_ON_FILES)}
+
+
+# Corpus entries that read input files (their hashes hold paths and file stamps).
+_ON_FILES = ("corpus:io_", "corpus:value_listed_paths")
 
 
 def environment() -> dict[str, Any]:
@@ -410,6 +414,8 @@ def main(argv: list[str]) -> int:
 
     import h5py
 
+    from tests.client._corpus_values import write_inputs
+
     if argv != ["--write"]:
         print(__doc__)
         return 2
@@ -417,6 +423,7 @@ def main(argv: list[str]) -> int:
         h5 = str(Path(tmp) / "data.h5")
         with h5py.File(h5, "w") as f:
             f["data"] = np.arange(200.0).reshape(20, 10)
+        write_inputs(tmp)
         record = {"environment": environment(), **{g: compute(g, h5) for g in GROUPS}}
     GOLDEN.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN}")

@@ -25,6 +25,7 @@ from client_lib import CacheClient, cached_compute, last_report
 from tests._compare import assert_same
 from tests._servers import free_port
 from tests.client._corpus import CORPUS, build
+from tests.client._corpus_values import write_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +39,7 @@ def h5_path(tmp_path_factory):
     path = tmp_path_factory.mktemp("h5") / "corpus.h5"
     with h5py.File(path, "w") as f:
         f["data"] = np.arange(200.0).reshape(20, 10)
+    write_inputs(path.parent)
     return str(path)
 
 

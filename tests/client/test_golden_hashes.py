@@ -10,6 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
+from tests.client._corpus_values import write_inputs
 from tests.client._golden import GOLDEN, compute, environment
 
 
@@ -23,6 +24,7 @@ def h5_path(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("golden") / "data.h5"
     with h5py.File(path, "w") as f:
         f["data"] = np.arange(200.0).reshape(20, 10)
+    write_inputs(path.parent)  # the IO entries' files (their hashes are not pinned)
     return str(path)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from client_lib import cache_version, task_hashes
 from tests.client._corpus import CORPUS
+from tests.client._corpus_values import write_inputs
 from tests.correctness._mutations import CASES
 from tests.correctness._projects import EVERYTHING, MAIN, imported_project, key_name
 
@@ -28,6 +29,7 @@ def h5_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("h5") / "data.h5"
     with h5py.File(path, "w") as f:
         f["data"] = np.arange(200.0).reshape(20, 10)  # the corpus needs 2-d
+    write_inputs(path.parent)
     return str(path)
 
 

@@ -74,7 +74,7 @@ def test_bag_disk_shuffle_never_reads_an_earlier_runs_store(cache_server, tmp_pa
 # -- 2. tasks that exist for a side effect ------------------------------------------------
 
 WRITERS = ["store_numpy", "to_zarr", "to_parquet", "to_csv", "to_json", "to_hdf",
-           "to_textfiles"]
+           "to_textfiles", "user_writer"]
 
 
 @pytest.fixture(scope="module")
