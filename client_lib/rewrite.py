@@ -24,6 +24,7 @@ from .transport import CacheClient
 __all__ = ["Rewritten", "cacheable_keys", "rewrite"]
 
 Key = Hashable
+_MAX_UPSTREAM = 256  # hashes a store spec carries for its upstream chain
 
 
 @dataclass
@@ -94,14 +95,38 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
             computed_keys.append(key)
             if (task_hash is not None and not _trivial(node)
                     and policy.wraps(key in outputs)):
-                deps = tuple(h for d in node.dependencies if (h := task_hashes.get(d)))
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
-                                       deps)
+                                       ())
         stack.extend(node.dependencies)
+    _link_upstream(specs, kept, loaded_keys, task_hashes, order)
     executable = _pack(kept, specs, order, m.origin)
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
                      loaded_keys, computed_keys)
+
+
+def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
+                   loaded_keys: list[Key], task_hashes: dict[Key, str],
+                   order: list[Key]) -> None:
+    """Set each store spec's ``dep_hashes``: the nearest tasks upstream that record what
+    they cost and raised (stored candidates and loads), looking through the tasks that
+    do not (a trivial ``getitem``, a pinned or volatile task)."""
+    loaded = set(loaded_keys)
+    sources: dict[Key, tuple[str, ...]] = {}
+    for key in order:  # dependencies first
+        if key not in kept:
+            continue
+        spec = specs.get(key)
+        if key in loaded:
+            sources[key] = (task_hashes[key],)
+            continue
+        found = dict.fromkeys(h for d in kept[key].dependencies for h in sources.get(d, ()))
+        upstream = tuple(found)[:_MAX_UPSTREAM]
+        if spec is not None:
+            spec.dep_hashes = upstream
+            sources[key] = (spec.task_hash,)
+        else:
+            sources[key] = upstream
 
 
 def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],

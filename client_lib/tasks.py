@@ -5,6 +5,11 @@ cache URL carried in the task.
 A store never fails the task: the value is returned unchanged whatever happens to the
 upload. A load that cannot deliver a verified value raises :class:`CacheEntryUnavailable`
 so ``cached_compute`` can recompute without that entry.
+
+What is never stored: ``None`` (a task that returns nothing exists for its side effect,
+which a load would skip) and handles to external state (:mod:`.handles`). The warnings a
+stored task raised, and those of the tasks upstream of it that ran here, are stored with
+its result and raised again when it is loaded (:mod:`.replay`).
 """
 
 from __future__ import annotations
@@ -17,15 +22,20 @@ from typing import Any
 
 from dask.sizeof import sizeof
 
+from . import codec
 from .errors import CacheAccessDenied, CacheEntryUnavailable, CacheUnavailable, ResultCacheError
+from .handles import is_handle
 from .notices import warn_once
 from .policy import Candidate, Policy
+from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
 from .transport import CacheClient
 
 __all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group"]
 
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
+# task hash -> warnings it and the tasks upstream of it raised here (or loaded with it)
+_chain_warnings: dict[str, tuple[RecordedWarning, ...]] = {}
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
 _lock = threading.Lock()
 
@@ -65,6 +75,20 @@ def _record_chain(task_hash: str, seconds: float) -> None:
     _chain_seconds[task_hash] = seconds
 
 
+def _warnings_with_upstream(spec: StoreSpec,
+                            raised: list[RecordedWarning]) -> tuple[RecordedWarning, ...]:
+    """The warnings a load of this result must raise: its own and its upstream's."""
+    get = _chain_warnings.get
+    upstream = [w for h in spec.dep_hashes if (w := get(h))]
+    if not raised and not upstream:
+        return ()
+    found = merge(raised, *upstream)
+    if len(_chain_warnings) >= _CHAIN_LIMIT:  # forgetting only loses warnings to replay
+        _chain_warnings.clear()
+    _chain_warnings[spec.task_hash] = found
+    return found
+
+
 def count(run_id: str, what: str, n: int = 1) -> None:
     with _lock:
         _run_counts[run_id][what] += n
@@ -76,18 +100,23 @@ def pop_counts(run_id: str) -> dict[str, int]:
         return dict(_run_counts.pop(run_id, {}))
 
 
-def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
+def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
+                 raised: list[RecordedWarning]) -> None:
     """Offer a computed value to the policy; store it if chosen. Never raises."""
     try:
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
+        warned = _warnings_with_upstream(spec, raised)
+        if value is None or is_handle(value):
+            return  # a side effect's marker, or a handle: a load could not stand for it
         run = spec.run
         if not run.policy.may_store(seconds + upstream, spec.is_output):
             return
         candidate = Candidate(spec.task_hash, spec.label, seconds, upstream,
                               sizeof(value), spec.is_output)
         if run.policy.should_store(candidate):
-            if run.cache.put(spec.task_hash, value, seconds + upstream, spec.label):
+            payload = _encoded(value, warned)
+            if run.cache.put(spec.task_hash, payload, seconds + upstream, spec.label):
                 count(run.run_id, "stored")
     except CacheUnavailable as exc:
         warn_once(f"result cache: storing results failed, continuing without: {exc}")
@@ -99,11 +128,22 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float) -> None:
                   f"({spec.label}): {type(exc).__name__}: {exc}")
 
 
+def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> Any:
+    """What to upload: the value, or the value with its warnings (then always a pickle,
+    labelled with the value's own type)."""
+    if not warned:
+        return value
+    enc = codec.encode(WarnedValue(value, warned))
+    enc.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+    return enc
+
+
 def run_and_store(spec: StoreSpec, func: Any, kwargs: dict | None, *args: Any) -> Any:
     """Run the original task, time it, store its result if the policy says so."""
     start = time.perf_counter()
-    value = func(*args, **kwargs) if kwargs else func(*args)
-    _maybe_store(spec, value, time.perf_counter() - start)
+    with recording() as raised:
+        value = func(*args, **kwargs) if kwargs else func(*args)
+    _maybe_store(spec, value, time.perf_counter() - start, raised)
     return value
 
 
@@ -124,8 +164,9 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
             values[key] = node(values)
         else:
             start = time.perf_counter()
-            value = values[key] = node(values)
-            _maybe_store(spec, value, time.perf_counter() - start)
+            with recording() as raised:
+                value = values[key] = node(values)
+            _maybe_store(spec, value, time.perf_counter() - start, raised)
         for dep in node.dependencies:
             remaining[dep] -= 1
             if not remaining[dep] and dep != outkey:
@@ -134,7 +175,8 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
 
 
 def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
-    """Load a cached result; never returns a value that failed verification.
+    """Load a cached result; never returns a value that failed verification. Raises
+    the warnings stored with it, as its computation did.
 
     Any failure is a :class:`CacheEntryUnavailable` (``cached_compute`` then recomputes
     without the entry). A download that does not match its digest
@@ -143,8 +185,15 @@ def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
     corruption (it drops an entry whose object fails verification on read).
     """
     try:
-        return cache.get(task_hash)
+        value = cache.get(task_hash)
     except CacheEntryUnavailable:
         raise
     except ResultCacheError as exc:
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
+    value, warned = unwrap(value)
+    if value is None or is_handle(value):  # never stored by this version
+        raise CacheEntryUnavailable(task_hash, "holds a handle to external state")
+    if warned:
+        _chain_warnings[task_hash] = warned
+        replay(warned)
+    return value
