@@ -18,6 +18,11 @@ DEFAULTS = {
         "signing-key": None,  # team secret: sign and check results (dask-cache keygen)
         "namespace": "default",
         "policy": "auto",  # auto | all | outputs | none
+        # Functions whose tasks are never cached (they read the clock, a service, ...)
+        # and functions whose tasks always run (they write somewhere): "module.qualname"
+        # names, a list or separated by commas. docs/correctness.md.
+        "volatile-functions": [],
+        "side-effect-functions": [],
         "auto": {
             "latency": 0.005,  # seconds per load request, for the auto policy
             "throughput": 500e6,  # bytes per second a load achieves

@@ -105,6 +105,9 @@ def unfuse(m: Materialized) -> Materialized:
 
 
 def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:
+    inner_task = _reuse_wrapped(node)
+    if inner_task is not None:  # the task it wraps, under this key
+        node = inner_task.substitute({}, key=key)
     if not (isinstance(node, Task) and node.func is _execute_subgraph and not node.kwargs):
         out[key] = node
         return
@@ -137,6 +140,16 @@ def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:
         if new_key != key:
             origin[new_key] = key
         _expand(new_key, new_node, out, origin)
+
+
+def _reuse_wrapped(node: GraphNode) -> Task | None:
+    """The task inside a ``ProhibitReuse`` copy (``_identity(task)`` under a fresh key,
+    which Dask makes when a collection is an argument of ``dask.delayed``), else None."""
+    if (isinstance(node, Task) and len(node.args) == 1 and not node.kwargs
+            and getattr(node.func, "__qualname__", "") == "ProhibitReuse._identity"
+            and isinstance(node.args[0], Task)):
+        return node.args[0]
+    return None
 
 
 def toposort(graph: Mapping[Key, GraphNode], outputs: Iterable[Key]) -> list[Key]:

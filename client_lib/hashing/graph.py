@@ -5,7 +5,9 @@ hash.
 dependency replaced by its task hash)``. A ``DataNode`` hashes its value, an ``Alias``
 is its target's hash, a nested ``Task`` argument hashes as the standalone task it would be
 if Dask had not inlined it (so inlined and separate forms agree), containers are walked.
-A task whose hash cannot be computed is *volatile*, and so is everything downstream.
+A task whose hash cannot be computed is *volatile*, and so is everything downstream, as
+is a task whose function is impure or opens a handle onto outside state
+(:mod:`.task_kinds`).
 
 With a signing key (docs/protocol.md, "Signed results") the published hash of every task
 is keyed, ``HMAC-SHA256(K_hash, task_hash)[:16]``, so that nobody without the key can
@@ -37,7 +39,8 @@ from ..signing import SigningKey
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
 from .registry import HANDLERS, Dispatch
-from .side_effects import side_effect_keys
+from .side_effects import pinned_keys
+from .task_kinds import TaskKinds
 
 __all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "hash_graph"]
 
@@ -85,6 +88,8 @@ class GraphHasher:
         self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
         self.digests: dict[Key, bytes] = {}
         self.result = GraphHashes()
+        self.kinds = TaskKinds()
+        self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
         self.enc = Encoder(handlers.extended({
             TaskRef: self._ref,
@@ -137,6 +142,9 @@ class GraphHasher:
         if isinstance(task, NestedContainer):
             self._container(task)
             return
+        reason = self.kinds.volatile_reason(task.func, task.args, task.kwargs)
+        if reason is not None:
+            raise VolatileValue(reason)
         enc.write_raw(b"T")
         if version is not None:  # a manual version replaces the function's code
             enc.write_raw(b"V")
@@ -174,7 +182,17 @@ class GraphHasher:
         if key not in self.graph:
             raise VolatileValue(f"depends on {key!r}, which is not in the graph "
                                 "(data held by a distributed Future)")
-        raise RuntimeError(f"{key!r} was not hashed before its dependents")
+        # Named inside an inlined task but not among its dependencies (a fused subgraph
+        # that Dask inlined into another task, e.g. by ProhibitReuse): hash it now.
+        if key in self._in_progress:
+            raise VolatileValue(f"the graph refers to {key!r} in a cycle")
+        self._in_progress.add(key)
+        try:
+            digest = self._node_digest(key, self.graph[key])
+        finally:
+            self._in_progress.discard(key)
+        self.digests[key] = digest
+        return digest
 
     def _label(self, func: Any) -> str:
         """A readable name for entries of this function (computed once per function)."""
@@ -217,7 +235,7 @@ def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
     ``cache_version=...`` replaces its function's code in the hash. ``signing_key`` keys
     the published hashes.
     """
-    result = GraphHasher(graph, namespace, annotations,
-                         signing_key=signing_key).run(order)
-    result.pinned = side_effect_keys(graph, order)
+    hasher = GraphHasher(graph, namespace, annotations, signing_key=signing_key)
+    result = hasher.run(order)
+    result.pinned = pinned_keys(graph, order, hasher.kinds)
     return result

@@ -1,5 +1,7 @@
-"""Tasks that must always run, though they have a hash: side effects on worker state or on
-shared stores. Their results are never looked up or stored (``GraphHashes.pinned``)."""
+"""Tasks that must always run, though they have a hash: side effects on worker state, on
+shared stores or outside the process, and scratch stores with the tasks that use them.
+Their results are never looked up or stored (``GraphHashes.pinned``); which tasks are
+side effects and which create scratch stores is :mod:`.task_kinds`' decision."""
 
 from __future__ import annotations
 
@@ -10,32 +12,70 @@ from typing import Any
 
 from dask._task_spec import GraphNode, NestedContainer, Task
 
-__all__ = ["side_effect_keys"]
+from .task_kinds import TaskKinds
+
+__all__ = ["pinned_keys"]
 
 Key = Hashable
 
 
-def side_effect_keys(graph: Mapping[Key, GraphNode], order: list[Key]) -> set[Key]:
-    """Tasks that talk to worker state and must always run as they are: P2P barriers
-    (special ``Task`` subclasses), the transfers they wait for, the unpacks that wait for
-    them, and anything else from ``distributed.shuffle``."""
+def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
+                kinds: TaskKinds) -> set[Key]:
+    """Tasks that must always run as they are, though they have a hash:
+
+    - P2P barriers (special ``Task`` subclasses), the transfers they wait for, the unpacks
+      that wait for them, and anything else from ``distributed.shuffle``;
+    - side effects (:meth:`TaskKinds.side_effect`) and everything downstream of them: a
+      load of a downstream task would skip the effect;
+    - scratch stores (a disk shuffle's partd) with every task that touches them and every
+      task between two that do (a shuffle's barrier): the store exists in this run only.
+      What is read out of it is hashed by what went in, so downstream stays cacheable.
+    """
     barriers = {k for k in order if isinstance(graph[k], Task)
                 and not isinstance(graph[k], NestedContainer) and type(graph[k]) is not Task}
     pinned = set(barriers)
+    effects: set[Key] = set()
+    scratch: set[Key] = set()
     decided: dict[int, bool] = {}  # by id of a function in the graph
     for key in order:
         node = graph[key]
+        deps = node.dependencies
         if key in barriers:
-            pinned.update(node.dependencies)
-        elif node.dependencies & barriers:
+            pinned.update(deps)
+        elif deps & barriers:
             pinned.add(key)
-        elif isinstance(node, Task):
+        elif not isinstance(node, Task) or isinstance(node, NestedContainer):
+            if deps & effects:  # a container of side effects' results
+                effects.add(key)
+        elif deps & effects or kinds.side_effect(node.func, node.args, node.kwargs):
+            effects.add(key)
+        else:
             effect = decided.get(id(node.func))
             if effect is None:
                 effect = decided[id(node.func)] = _has_side_effects(node.func)
             if effect:
                 pinned.add(key)
-    return pinned
+            elif kinds.scratch(node.func):
+                scratch.add(key)
+    return pinned | effects | _scratch_regions(graph, order, scratch)
+
+
+def _scratch_regions(graph: Mapping[Key, GraphNode], order: list[Key],
+                     roots: set[Key]) -> set[Key]:
+    """``roots`` (tasks creating scratch stores), the tasks that take one as an input,
+    and the tasks downstream of one of those and upstream of another."""
+    if not roots:
+        return set()
+    touching = {k for k in order if graph[k].dependencies & roots}
+    after: set[Key] = set()  # downstream of a task touching a store
+    for key in order:
+        if any(d in touching or d in after for d in graph[key].dependencies):
+            after.add(key)
+    before: set[Key] = set()  # upstream of a task touching a store
+    for key in reversed(order):
+        if key in touching or key in before:
+            before.update(graph[key].dependencies)
+    return roots | touching | (after & before)
 
 
 def _has_side_effects(func: Any) -> bool:

@@ -387,3 +387,14 @@ def test_library_lambdas_and_nested_functions_hash_by_code_and_closures(tmp_path
         assert call_hash(round2_lib.public, 1) is not None
     finally:
         sys.modules.pop("round2_lib", None)
+
+
+def test_a_delayed_task_over_a_dask_array_hashes_without_crashing():
+    """``dask.delayed`` wraps a collection argument in ``ProhibitReuse`` copies whose
+    inlined fused tasks name keys outside their dependencies; hashing once raised
+    RuntimeError and failed the user's computation."""
+    import dask.array as da
+
+    x = (da.arange(20.0, chunks=5) * 3).sum(axis=0, keepdims=True)
+    hashes = task_hashes(dask.delayed(np.save, pure=True)(x, "unused.npy"))
+    assert hashes and None not in hashes.values()
