@@ -1,6 +1,8 @@
 """Handlers for values that stand for data outside the process: HDF5 datasets and groups,
-Zarr arrays and groups, fsspec files (by path and file stamps), and distributed Futures
-(volatile: their keys are random). Each library's handlers are registered the first time
+Zarr arrays and groups, fsspec files (by path and file stamps; a file to write by path),
+fsspec filesystems (by protocol and storage options), the locks Dask hands to IO tasks
+(one value: a lock never changes a result), and distributed Futures (volatile: their
+keys are random). Each library's handlers are registered the first time
 one of its values is hashed, so importing the hasher imports none of them.
 
 Only the libraries' own classes are handled here; a subclass defined elsewhere is
@@ -71,17 +73,38 @@ def _zarr(enc: Encoder, obj: Any) -> None:
 @library_types_only("fsspec")
 def _fsspec_file(enc: Encoder, obj: Any) -> None:
     fs = obj.fs
+    enc.write_raw(b"FS")
+    _filesystem(enc, fs)
+    enc.encode((obj.mode, obj.compression, obj.encoding, obj.errors, obj.newline))
+    if set(obj.mode) & set("wax+"):  # a file to write: its current content is not an input
+        enc.write_name(obj.path)
+        return
     try:
         info = fs.info(obj.path)
     except Exception as exc:
         raise VolatileValue(f"cannot stat {obj.path!r}: {exc}") from None
     stamp = {k: info.get(k) for k in ("size", "mtime", "ETag", "etag", "LastModified",
                                        "last_modified", "md5", "created") if k in info}
-    enc.write_raw(b"FS")
-    enc.encode(fs.protocol)
     enc.write_str(obj.path)
     enc.encode({k: str(v) for k, v in stamp.items()})
-    enc.encode((obj.mode, obj.compression, obj.encoding, obj.errors, obj.newline))
+
+
+def _filesystem(enc: Encoder, fs: Any) -> None:
+    """An fsspec filesystem (of fsspec or of another package: s3fs, gcsfs, ...) by class,
+    protocol and storage options: its own ``__dask_tokenize__`` mixes in the process id,
+    so it differs in every process."""
+    enc.write_raw(b"FF")
+    enc.write_callable(type(fs))
+    enc.encode(fs.protocol)
+    enc.encode(dict(sorted(fs.storage_options.items())))
+
+
+def _lock(enc: Encoder, obj: Any) -> None:
+    # The locks Dask hands to IO tasks (SerializableLock, distributed.Lock, a
+    # multiprocessing manager's lock: whichever the scheduler calls for) carry a random
+    # name or token. A lock orders tasks, it never changes what one computes: all are one
+    # value.
+    enc.write_raw(b"LK")
 
 
 def _future(enc: Encoder, obj: Any) -> None:
@@ -101,18 +124,35 @@ def _register_zarr() -> None:
 
 
 def _register_fsspec() -> None:
+    from fsspec import AbstractFileSystem
     from fsspec.core import OpenFile
 
     HANDLERS.register(OpenFile)(_fsspec_file)
+    HANDLERS.register(AbstractFileSystem)(_filesystem)
 
 
 def _register_distributed() -> None:
-    from distributed import Future
+    from distributed import Future, Lock, MultiLock, Semaphore
 
     HANDLERS.register(Future)(_future)
+    HANDLERS.register(Lock, MultiLock, Semaphore)(_lock)
+
+
+def _register_dask() -> None:
+    from dask.utils import SerializableLock
+
+    HANDLERS.register(SerializableLock)(_lock)
+
+
+def _register_multiprocessing() -> None:
+    from multiprocessing.managers import AcquirerProxy  # a manager's Lock()
+
+    HANDLERS.register(AcquirerProxy)(_lock)
 
 
 HANDLERS.register_lazy("h5py", _register_h5py)
 HANDLERS.register_lazy("zarr", _register_zarr)
 HANDLERS.register_lazy("fsspec", _register_fsspec)
 HANDLERS.register_lazy("distributed", _register_distributed)
+HANDLERS.register_lazy("dask", _register_dask)
+HANDLERS.register_lazy("multiprocessing", _register_multiprocessing)
