@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import xxhash
 
 from ..errors import VolatileValue
-from .provenance import file_stamp
+from .provenance import file_stamp, listed_file_stamps
 from .registry import Dispatch
 
 __all__ = ["CodeFingerprints", "Encoder", "SubDigest"]
@@ -150,6 +150,18 @@ class Encoder:
                 if not os.path.isabs(obj):
                     self._out.append(b"@cwd" + os.getcwd().encode("utf-8", "surrogatepass"))
                 self._out.append(b"@file" + stamp)
+
+    def write_listed_paths(self, values: Any) -> None:
+        """The files that ``values`` (the distinct strings of a column or an array) name,
+        stamped as :meth:`write_str` stamps a single string; nothing if none does."""
+        found = listed_file_stamps(values)
+        if not found:
+            return
+        self._out.append(b"@paths%d:" % len(found))
+        if any(not os.path.isabs(name) for name, _ in found):
+            self._out.append(b"@cwd" + os.getcwd().encode("utf-8", "surrogatepass"))
+        for name, stamp in found:
+            self._out.append(name.encode("utf-8", "surrogatepass") + b"\0" + stamp)
 
     def write_name(self, name: str) -> None:
         """An identifier (module, qualname, attribute, dtype string, a value's canonical

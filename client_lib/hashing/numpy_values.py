@@ -33,7 +33,7 @@ def encode_dtype(enc: Encoder, dtype: np.dtype) -> None:
 @HANDLERS.register(np.ndarray, exact=True)
 def encode_ndarray(enc: Encoder, arr: np.ndarray) -> None:
     """A plain ndarray by dtype, shape and every byte in C order (memory layout does not
-    matter); object arrays element by element."""
+    matter); object arrays element by element; the files its strings name."""
     enc.write_raw(b"A" + _NUMPY)
     encode_dtype(enc, arr.dtype)
     enc.write_raw(b"%r" % (arr.shape,))
@@ -42,6 +42,27 @@ def encode_ndarray(enc: Encoder, arr: np.ndarray) -> None:
         return
     data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
     enc.write_buffer(b"b", data.data)
+    if arr.dtype.kind in "US" and arr.size:
+        enc.write_listed_paths(_path_like(arr))
+
+
+def _path_like(arr: np.ndarray) -> list:
+    """The distinct strings of a ``U`` or ``S`` array that could name a file (the rule of
+    :func:`~.provenance.listed_file_stamps`), found with numpy's vectorised string
+    functions."""
+    flat = arr.reshape(-1)
+    marks = ("/", "\\", ".") if arr.dtype.kind == "U" else (b"/", b"\\", b".")
+    try:
+        mask = np.zeros(flat.shape, dtype=bool)
+        for mark in marks:
+            mask |= np.strings.find(flat, mark) >= 0
+        if not mask.any():
+            return []
+        length = np.strings.str_len(flat)
+        mask &= (length > 2) & (length < 4096)
+        return np.unique(flat[mask]).tolist()
+    except (SystemError, ValueError, UnicodeError):  # code points no file name can hold
+        return []
 
 
 @HANDLERS.register(np.generic)

@@ -87,11 +87,16 @@ def _values(enc: Encoder, values: Any) -> None:
     if isinstance(dtype, np.dtype) and dtype.kind in "biufcmM":
         encode_ndarray(enc, np.asarray(values))
         return
-    if isinstance(dtype, np.dtype) and dtype.kind == "O" and pd.api.types.infer_dtype(
-            values, skipna=False) not in ("string", "bytes", "empty"):
-        # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
-        enc.encode(list(values))
-        return
+    if isinstance(dtype, np.dtype) and dtype.kind == "O":
+        inferred = pd.api.types.infer_dtype(values, skipna=False)
+        if inferred not in ("string", "bytes", "empty"):
+            # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
+            enc.encode(list(values))
+            return
+        # pandas' hash encodes b"x" and "x" alike: the element types are part of it.
+        enc.write_name(inferred)
+        enc.write_names(tuple(sorted(f"{t.__module__}.{t.__qualname__}"
+                                     for t in set(map(type, np.asarray(values))))))
     try:
         # pandas' own hash: deterministic (fixed siphash key), handles extension dtypes.
         hashed = pd.util.hash_pandas_object(values, index=False, categorize=True)
@@ -99,6 +104,8 @@ def _values(enc: Encoder, values: Any) -> None:
         enc.encode(list(values))
         return
     encode_ndarray(enc, np.asarray(hashed))
+    if getattr(dtype, "kind", None) == "O" or pd.api.types.is_string_dtype(dtype):
+        enc.write_listed_paths(values.unique())  # pandas' own (arrow's for str columns)
 
 
 HANDLERS.register_lazy("pandas", _register)

@@ -16,23 +16,29 @@ import importlib.util
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import xxhash
 
 from ..errors import VolatileValue
 
-__all__ = ["PYTHON", "compiled_stamp", "file_stamp", "library_version", "local_build"]
+__all__ = ["PYTHON", "compiled_stamp", "file_stamp", "library_version", "listed_file_stamps",
+           "local_build"]
 
 PYTHON = f"python-{sys.version_info[0]}.{sys.version_info[1]}"
 _MAX_DIR_ENTRIES = 10_000
+_MIN_LISTING = 32  # candidates in one directory worth listing it instead of stat'ing each
 
 
 def file_stamp(path: str) -> bytes | None:
     """``(size, mtime_ns)`` of a file, or of every file under a directory, or ``None``.
 
     Used for strings that name existing paths (``read_parquet`` pieces, ``read_csv`` paths):
-    editing the file changes the stamp, so tasks reading it are recomputed.
+    editing the file changes the stamp, so tasks reading it are recomputed. Directories
+    are walked through symbolic links (each real directory once, so a link to a parent
+    ends the walk there).
     """
     try:
         st = os.stat(path)
@@ -41,8 +47,14 @@ def file_stamp(path: str) -> bytes | None:
     if not os.path.isdir(path):
         return b"%d:%d" % (st.st_size, st.st_mtime_ns)
     parts = []
-    for n, (root, dirs, files) in enumerate(os.walk(path)):
+    seen = {os.path.realpath(path)}
+    for n, (root, dirs, files) in enumerate(os.walk(path, followlinks=True)):
         dirs.sort()
+        for name in list(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if real in seen:  # a cycle, or a tree already walked through another link
+                dirs.remove(name)
+            seen.add(real)
         for name in sorted(files):
             full = os.path.join(root, name)
             try:
@@ -54,6 +66,36 @@ def file_stamp(path: str) -> bytes | None:
         if n > _MAX_DIR_ENTRIES or len(parts) > _MAX_DIR_ENTRIES:
             raise VolatileValue(f"directory {path!r} has too many entries to fingerprint")
     return xxhash.xxh3_128_digest(b"\0".join(parts))
+
+
+def listed_file_stamps(values: Iterable[Any]) -> list[tuple[str, bytes]]:
+    """The stamps of those ``values`` (strings or bytes) that name existing files or
+    directories by the rule for single strings (more than two characters, a ``/``,
+    ``\\`` or ``.``), sorted by name: a manifest column or an array of paths stands
+    for its files as a list of paths does. A directory with many candidates is listed
+    once instead of stat'ing each."""
+    by_dir: dict[str, list[str]] = {}
+    for value in values:
+        if isinstance(value, bytes):
+            value = os.fsdecode(value)
+        if not isinstance(value, str) or not 2 < len(value) < 4096 or not (
+                "/" in value or "\\" in value or "." in value):
+            continue
+        by_dir.setdefault(os.path.dirname(value), []).append(value)
+    found = []
+    for directory, names in by_dir.items():
+        if len(names) >= _MIN_LISTING:
+            try:
+                present = set(os.listdir(directory or "."))
+            except (OSError, ValueError):
+                continue
+            names = [n for n in names if os.path.basename(n) in present
+                     or not os.path.basename(n)]
+        for name in names:
+            stamp = file_stamp(name)
+            if stamp is not None:
+                found.append((name, stamp))
+    return sorted(found)
 
 
 def compiled_stamp(module: str | None) -> str | None:

@@ -1,5 +1,6 @@
 """Handlers for standard-library types that are not built-in containers or scalars:
-enums, modules, paths, UUIDs, decimals, fractions, dates, times and code objects."""
+enums, modules, paths, UUIDs, decimals, fractions, dates, times (and pandas' subclasses:
+their unit and nanoseconds; zones by identity) and code objects."""
 
 from __future__ import annotations
 
@@ -57,13 +58,31 @@ def _by_str(enc: Encoder, obj: Any) -> None:
 def _datetime(enc: Encoder, obj: Any) -> None:
     enc.write_raw(b"t")
     enc.write_callable(type(obj))
-    enc.write_name(obj.isoformat())
+    enc.write_name(obj.isoformat())  # pandas' Timestamp: with its nanoseconds
     enc.encode(getattr(obj, "fold", 0))
+    enc.encode(getattr(obj, "unit", None))  # pandas: "s" and "ns" compute differently
+    tz = getattr(obj, "tzinfo", None)
+    if tz is not None:
+        _tzinfo(enc, tz)
+
+
+def _tzinfo(enc: Encoder, tz: Any) -> None:
+    """A time zone by identity, not by its offset at one instant: UTC and London agree
+    in January and not in July."""
+    enc.write_raw(b"z")
+    key = getattr(tz, "key", None)
+    if isinstance(key, str) and type(tz).__module__ == "zoneinfo":
+        enc.write_names(("zoneinfo", key))  # not its pickled state: that says if cached
+    else:  # datetime.timezone (offset and name), pytz, dateutil (file, rules): by state
+        enc.encode(tz)
 
 
 @HANDLERS.register(datetime.timedelta)
 def _timedelta(enc: Encoder, obj: datetime.timedelta) -> None:
     enc.write_raw(b"t%d,%d,%d;" % (obj.days, obj.seconds, obj.microseconds))
+    if type(obj) is not datetime.timedelta:  # pandas' Timedelta: nanoseconds and unit
+        enc.write_callable(type(obj))
+        enc.encode((getattr(obj, "value", None), getattr(obj, "unit", None)))
 
 
 @HANDLERS.register(types.CodeType)
