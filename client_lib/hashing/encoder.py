@@ -45,6 +45,8 @@ class CodeFingerprints(Protocol):
 
     def digest(self, obj: Any) -> bytes: ...
 
+    def versioned_digest(self, obj: Any, version: str) -> bytes: ...
+
     def write_module(self, module: types.ModuleType) -> None: ...
 
 
@@ -197,6 +199,11 @@ class Encoder:
     def write_callable(self, obj: Any) -> None:
         """A function, class or other callable, by its fingerprint."""
         self._out.append(b"F" + self._code.digest(obj))
+
+    def write_versioned_callable(self, obj: Any, version: str) -> None:
+        """A callable with ``version`` standing for the code of the function or class it
+        calls (``dask.annotate(cache_version=...)``); its bound state still counts."""
+        self._out.append(b"F" + self._code.versioned_digest(obj, version))
 
     def write_module(self, module: types.ModuleType) -> None:
         """A module held as a value: a library by version, a user module by content."""

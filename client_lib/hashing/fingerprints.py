@@ -18,6 +18,7 @@ import dis
 import functools
 import importlib
 import importlib.util
+import os
 import pickle
 import sys
 import types
@@ -27,7 +28,7 @@ import numpy as np
 import xxhash
 
 from ..errors import VolatileValue
-from .provenance import compiled_stamp, library_version
+from .provenance import PYTHON, compiled_stamp, library_version
 
 if TYPE_CHECKING:
     from .encoder import Encoder
@@ -67,7 +68,11 @@ class Fingerprinter:
     def __init__(self, enc: Encoder) -> None:
         self.enc = enc
         self._modules: list[str] = []  # user modules being encoded as values
-        self._cache: dict[int, tuple[Any, bytes]] = {}
+        self._cache: dict[tuple[int, Any], tuple[Any, bytes]] = {}
+        # An annotated version (dask.annotate(cache_version=...)): the ids of the
+        # functions and classes whose code it replaces, and the version.
+        self._override: tuple[frozenset[int], str] | None = None
+        self._override_key: Any = None
         self._code_cache: dict[int, tuple[types.CodeType, bytes]] = {}
         self._stack: list[int] = []
         self._tainted: list[bool] = []
@@ -75,7 +80,7 @@ class Fingerprinter:
     def digest(self, obj: Any) -> bytes:
         """The fingerprint of a callable or class; raises :class:`VolatileValue`."""
         oid = id(obj)
-        hit = self._cache.get(oid)
+        hit = self._cache.get((oid, self._override_key))
         if hit is not None:
             return hit[1]
         if oid in self._stack:
@@ -95,8 +100,30 @@ class Fingerprinter:
             self._stack.pop()
             tainted = self._tainted.pop()
         if not tainted:
-            self._cache[oid] = (obj, sub.value)
+            self._cache[(oid, self._override_key)] = (obj, sub.value)
         return sub.value
+
+    def versioned_digest(self, obj: Any, version: str) -> bytes:
+        """The fingerprint of ``obj`` with ``version`` in place of the code of the
+        function or class it calls (``dask.annotate(cache_version=...)``): a bound
+        instance, a partial's arguments, closure cells and defaults still count."""
+        saved = self._override, self._override_key
+        self._override = (frozenset(id(t) for t in _version_targets(obj)), version)
+        self._override_key = (id(obj), version)
+        try:
+            return self.digest(obj)
+        finally:
+            self._override, self._override_key = saved
+
+    def _version_of(self, obj: Any) -> str | None:
+        """The version that replaces the code of this function or class: its own
+        ``@cache_version`` (never one inherited from a base class), or an annotation's."""
+        own = vars(obj).get("__cache_version__") if hasattr(obj, "__dict__") else None
+        if isinstance(own, str):
+            return own
+        if self._override is not None and id(obj) in self._override[0]:
+            return self._override[1]
+        return None
 
     def write_module(self, module: types.ModuleType) -> None:
         """A module held as a value (an argument, a class attribute): a library by
@@ -124,11 +151,7 @@ class Fingerprinter:
 
     def _describe(self, obj: Any) -> None:
         enc = self.enc
-        version = getattr(obj, "__cache_version__", None)
-        if isinstance(version, str) and not isinstance(obj, type):
-            enc.write_raw(b"V")
-            enc.write_names((getattr(obj, "__module__", None), _name(obj), version))
-        elif isinstance(obj, types.FunctionType):
+        if isinstance(obj, types.FunctionType):
             self._function(obj)
         elif isinstance(obj, type):
             self._class(obj)
@@ -209,20 +232,34 @@ class Fingerprinter:
             enc.write_name(obj.__name__)
 
     def _function(self, func: types.FunctionType) -> None:
+        """A function by what it does: its code (or the version that stands for it),
+        defaults, closure cells, attributes and the globals and modules the code uses.
+        Not by the module it lives in: the same function in a script run as
+        ``__main__`` and imported in a notebook is the same function. An installed
+        package's function is identified by its version where its qualified name leads
+        back to it; its lambdas, nested functions and factory products are hashed by their
+        code, closures and defaults, plus the version (globals: the version's). The
+        standard library's by name and Python version (its closures hold caches)."""
         enc = self.enc
         module = func.__module__
         top = (module or "__main__").partition(".")[0]
-        version = library_version(top)
-        if version is not None:
+        library = library_version(top)
+        version = self._version_of(func)
+        if library is not None and version is None and (library == PYTHON
+                                                         or _resolves_to(func)):
             enc.write_raw(b"B")
-            enc.write_names((module, func.__qualname__, version))
+            enc.write_names((module, func.__qualname__, library))
             wrapped = func.__dict__.get("__wrapped__")
             if wrapped is not None:  # a library decorator around (maybe) user code
                 enc.write_callable(wrapped)
             return
-        enc.write_raw(b"U")
-        enc.write_names((module, func.__qualname__))
-        enc.write_raw(self._code_digest(func.__code__))
+        if version is not None:  # the user's version stands for the code and its globals
+            enc.write_raw(b"V")
+            enc.write_names((_module_name(module), func.__qualname__, version, library))
+        else:
+            enc.write_raw(b"U")
+            enc.write_names((func.__qualname__, library))
+            enc.write_raw(self._code_digest(func.__code__))
         names = _code_names(func.__code__, set())
         walked: set[str] = set()
         try:
@@ -238,10 +275,12 @@ class Fingerprinter:
                     self._module(value, names, walked)
                 else:
                     enc.encode(value)
-            if func.__dict__:  # attributes: __wrapped__, singledispatch's registry, ...
+            attrs = {k: v for k, v in func.__dict__.items() if k != "__cache_version__"}
+            if attrs:  # attributes: __wrapped__, singledispatch's registry, ...
                 enc.write_raw(b"a")
-                enc.encode(dict(sorted(func.__dict__.items())))
-            self._globals(func, names, walked)
+                enc.encode(dict(sorted(attrs.items())))
+            if version is None and library is None:
+                self._globals(func, names, walked)
         except VolatileValue as exc:
             raise VolatileValue(f"{_name(func)}: {exc.reason}") from None
 
@@ -266,18 +305,29 @@ class Fingerprinter:
         return sub.value
 
     def _class(self, cls: type) -> None:
+        """A class by its methods and attributes (or the version that stands for them),
+        bases and metaclass; a library's class by version unless a function of the
+        library made it (``<locals>``: a factory's product). Classes keep their module:
+        an instance pickled from a script's ``__main__`` is not an instance of the class
+        imported elsewhere."""
         enc = self.enc
-        version = library_version((cls.__module__ or "").partition(".")[0])
-        if version is not None:
+        library = library_version((cls.__module__ or "").partition(".")[0])
+        version = self._version_of(cls)
+        if library is not None and version is None and "<locals>" not in cls.__qualname__:
             enc.write_raw(b"B")
-            enc.write_names((cls.__module__, cls.__qualname__, version))
+            enc.write_names((cls.__module__, cls.__qualname__, library))
             return
         enc.write_raw(b"C")
-        enc.write_names((cls.__module__, cls.__qualname__, compiled_stamp(cls.__module__)))
+        enc.write_names((cls.__module__, cls.__qualname__, library or compiled_stamp(
+            cls.__module__)))
         for base in cls.__bases__:
             enc.write_callable(base)
         if type(cls) is not type:  # a metaclass can change what the class does
             enc.write_callable(type(cls))
+        if version is not None:  # the user's version stands for the class body
+            enc.write_raw(b"V")
+            enc.write_name(version)
+            return
         try:
             for name, attr in sorted(vars(cls).items()):
                 if name in _IGNORED_CLASS_ATTRS:
@@ -374,12 +424,73 @@ def _code_imports(code: types.CodeType) -> tuple[tuple[str, int], ...]:
     return tuple(found)
 
 
+_ATTRIBUTE_CALLS = frozenset({"getattr", "hasattr", "attrgetter", "methodcaller"})
+
+
 def _code_names(code: types.CodeType, names: set[str]) -> set[str]:
+    """The names ``code`` (and the code nested in it) uses; with ``getattr(x, "NAME")``
+    (or ``hasattr``, ``attrgetter("a.b")``, ``methodcaller``) the literal names too."""
     names.update(code.co_names)
+    by_literal = not _ATTRIBUTE_CALLS.isdisjoint(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             _code_names(const, names)
+        elif by_literal and isinstance(const, str):
+            names.update(p for p in const.split(".") if p.isidentifier())
     return names
+
+
+def _resolves_to(obj: Any) -> bool:
+    """Whether ``obj``'s module and qualified name lead back to ``obj`` itself (not true
+    of lambdas, nested functions, factory products, or anything replaced since)."""
+    qualname = getattr(obj, "__qualname__", "") or ""
+    if "<" in qualname:  # <lambda>, <locals>
+        return False
+    found: Any = sys.modules.get(getattr(obj, "__module__", None) or "")
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is obj or getattr(found, "__func__", None) is obj
+
+
+def _module_name(module: str | None) -> str | None:
+    """A module's name, with ``__main__`` named as the script it was run from
+    (``python chain.py`` and ``import chain`` give ``chain``)."""
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return spec.name
+    file = getattr(main, "__file__", None)
+    return os.path.splitext(os.path.basename(file))[0] if file else module
+
+
+def _version_targets(obj: Any) -> list[Any]:
+    """The functions and classes whose code an annotated version replaces: the task's
+    function, through partials, bound methods, ``dask.delayed`` and wrappers, or the
+    class of a callable instance."""
+    found: list[Any] = []
+    for _ in range(16):
+        if isinstance(obj, (types.FunctionType, type)):
+            found.append(obj)
+            inner = obj.__dict__.get("__wrapped__") if hasattr(obj, "__dict__") else None
+        elif isinstance(obj, functools.partial):
+            inner = obj.func
+        elif isinstance(obj, types.MethodType):
+            inner = obj.__func__
+        elif _is_delayed_leaf(obj):
+            inner = obj._obj
+        elif callable(obj) and not isinstance(obj, _BUILTIN_TYPES):
+            found.append(type(obj))
+            inner = next(iter(_delegates(obj)), None)
+        else:
+            inner = None
+        if inner is None:
+            break
+        obj = inner
+    return found
 
 
 def _name(obj: Any) -> str:

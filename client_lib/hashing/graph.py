@@ -146,10 +146,10 @@ class GraphHasher:
         if reason is not None:
             raise VolatileValue(reason)
         enc.write_raw(b"T")
-        if version is not None:  # a manual version replaces the function's code
+        if version is not None:  # replaces the code of the function it calls, not its state
             enc.write_raw(b"V")
-            enc.write_names((getattr(task.func, "__module__", None), funcname(task.func),
-                             str(version)))
+            enc.write_name(str(version))
+            enc.write_versioned_callable(task.func, str(version))
         else:
             enc.write_callable(task.func)
         if type(task) is not Task:

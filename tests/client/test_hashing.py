@@ -164,28 +164,45 @@ def test_annotate_cache_false_is_volatile_downstream():
     assert hashes == {"a": None, "b": None}
 
 
+def _step(body: str):
+    """A function ``step`` whose code (not a closure cell) differs by ``body``."""
+    namespace: dict = {}
+    exec(f"def step(x):\n    return x + {body}\n", namespace)
+    return namespace["step"]
+
+
 def test_cache_version_replaces_code_hashing():
-    def make(body_result, version):
-        @cache_version(version)
-        def step(x):
-            return x + body_result
+    def make(body, version):
+        return dask.delayed(cache_version(version)(_step(body)), pure=True)(
+            1, dask_key_name="s")
 
-        return dask.delayed(step, pure=True)(1, dask_key_name="s")
-
-    assert task_hashes(make(1, "1"))["s"] == task_hashes(make(2, "1"))["s"]
-    assert task_hashes(make(1, "1"))["s"] != task_hashes(make(1, "2"))["s"]
+    assert task_hashes(make("1", "1"))["s"] == task_hashes(make("2", "1"))["s"]
+    assert task_hashes(make("1", "1"))["s"] != task_hashes(make("1", "2"))["s"]
 
 
 def test_cache_version_annotation_overrides_code():
-    def make(offset, version):
+    def make(body, version):
+        with dask.annotate(cache_version=version):
+            return dask.delayed(_step(body), pure=True)(1, dask_key_name="s")
+
+    assert task_hashes(make("1", "v1"))["s"] == task_hashes(make("2", "v1"))["s"]
+    assert task_hashes(make("1", "v1"))["s"] != task_hashes(make("1", "v2"))["s"]
+
+
+def test_a_version_replaces_code_but_not_closure_cells():
+    """Issue 10, items 7-9: bound state is no code; the version stands for code only."""
+
+    def make(offset, annotate):
         def step(x):
             return x + offset
 
-        with dask.annotate(cache_version=version):
-            return dask.delayed(step, pure=True)(1, dask_key_name="s")
+        if annotate:
+            with dask.annotate(cache_version="v1"):
+                return dask.delayed(step, pure=True)(1, dask_key_name="s")
+        return dask.delayed(cache_version("v1")(step), pure=True)(1, dask_key_name="s")
 
-    assert task_hashes(make(1, "v1"))["s"] == task_hashes(make(2, "v1"))["s"]
-    assert task_hashes(make(1, "v1"))["s"] != task_hashes(make(1, "v2"))["s"]
+    for annotate in (False, True):
+        assert task_hashes(make(1, annotate))["s"] != task_hashes(make(2, annotate))["s"]
 
 
 def test_a_library_upgrade_changes_tasks_that_only_receive_its_objects(monkeypatch):
