@@ -132,9 +132,16 @@ def value_object_columns(ctx):
     return dask.delayed(lambda f: f.astype(str).sum().tolist(), pure=True)(frame)
 
 
+def _listed(ctx: dict) -> list[str]:
+    return [os.path.join(_dir(ctx), f"listed-{n}.txt") for n in ("a", "b")]
+
+
 @_entry
-def value_listed_paths(ctx):
-    paths = [os.path.join(_dir(ctx), f"listed-{n}.txt") for n in ("a", "b")]
-    manifest = dd.from_pandas(pd.DataFrame({"path": paths}), npartitions=2)
-    sizes = manifest.path.map(_size, meta=("path", "int64")).sum()
-    return sizes, dask.delayed(lambda a: int(sum(map(_size, a))), pure=True)(np.array(paths))
+def value_listed_paths_frame(ctx):
+    manifest = dd.from_pandas(pd.DataFrame({"path": _listed(ctx)}), npartitions=2)
+    return manifest.path.map(_size, meta=("path", "int64")).sum()
+
+
+@_entry
+def value_listed_paths_array(ctx):
+    return dask.delayed(lambda a: int(sum(map(_size, a))), pure=True)(np.array(_listed(ctx)))

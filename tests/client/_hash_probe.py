@@ -1,6 +1,8 @@
 """Prints the task hashes of a fixed set of computations as JSON
 (``python -m tests.client._hash_probe H5_PATH``): the values below that tend to hash
-differently in different processes, and every entry of the equality corpus.
+differently in different processes, and every entry of the equality corpus. With
+``--values``, the digest of every non-builtin value in those graphs instead, each on
+its own (the handlers' and ``__dask_tokenize__``'s output, by type).
 
 Used by test_hashing.py to compare hashes across interpreter processes with different
 PYTHONHASHSEEDs, across threads and in a worker process. Keys of non-pure delayed and
@@ -115,8 +117,77 @@ def probe_hashes(h5_path: str) -> dict[str, list[str]]:
     return hash_graphs(probe_graphs(h5_path))
 
 
+_LEAVES = (str, bytes, int, float, complex, bool, type(None))
+_MAX_VALUES = 400  # per computation: enough to reach every kind of value it holds
+# Libraries whose values have handlers of their own (their attributes are not hashed).
+_OWN_HANDLERS = frozenset({"builtins", "numpy", "pandas", "h5py", "zarr", "fsspec",
+                           "distributed"})
+
+
+def _values_in(obj, found: list, depth: int = 0) -> None:
+    """The non-builtin values reachable from a graph node: task functions and arguments,
+    data, and (a few levels deep) what partials, bound methods, containers and objects'
+    attributes hold. Graph references are skipped (their hashes are the task hashes)."""
+    from dask._task_spec import Alias, DataNode, Task, TaskRef
+
+    if len(found) >= _MAX_VALUES or depth > 5 or isinstance(obj, (_LEAVES, TaskRef, Alias)):
+        return
+    if isinstance(obj, Task):
+        for part in (obj.func, *obj.args, *obj.kwargs.values()):
+            _values_in(part, found, depth + 1)
+        return
+    if isinstance(obj, DataNode):
+        _values_in(obj.value, found, depth + 1)
+        return
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        for item in list(obj)[:50]:
+            _values_in(item, found, depth + 1)
+        return
+    if isinstance(obj, dict):
+        for item in list(obj.values())[:50]:
+            _values_in(item, found, depth + 1)
+        return
+    found.append(obj)
+    if isinstance(obj, functools.partial):
+        for part in (obj.func, *obj.args, *obj.keywords.values()):
+            _values_in(part, found, depth + 1)
+    elif hasattr(obj, "__self__") and not isinstance(obj.__self__, type(sys)):
+        _values_in(obj.__self__, found, depth + 1)
+    elif (type(obj).__module__.partition(".")[0] not in _OWN_HANDLERS
+          and not hasattr(obj, "__dask_tokenize__")):  # hashed by its pickled state
+        state = getattr(obj, "__dict__", None)
+        if isinstance(state, dict):
+            _values_in(dict(state), found, depth + 1)
+
+
+def probe_values(h5_path: str) -> dict[str, list[str]]:
+    """For every computation, ``"type: digest"`` of each non-builtin value its graph
+    holds (functions, arrays, frames, filesystems, locks, objects with
+    ``__dask_tokenize__``, ...), each hashed on its own: what every handler and every
+    ``__dask_tokenize__`` the hash relies on gives, so a difference names its type."""
+    from dask._task_spec import DataNode
+
+    from client_lib.hashing import hash_graph
+
+    result = {}
+    for name, (m, order) in probe_graphs(h5_path).items():
+        found: list = []
+        for key in order:
+            _values_in(m.graph[key], found)
+        digests = set()
+        for value in found:
+            digest = hash_graph({"v": DataNode("v", value)}, ["v"], "guard").hashes.get("v")
+            kind = f"{type(value).__module__}.{type(value).__qualname__}"
+            digests.add(f"{kind}: {digest or 'volatile'}")
+        result[name] = sorted(digests)
+    return result
+
+
 def main() -> None:
-    json.dump(probe_hashes(sys.argv[1]), sys.stdout)
+    if sys.argv[2:] == ["--values"]:
+        json.dump(probe_values(sys.argv[1]), sys.stdout)
+    else:
+        json.dump(probe_hashes(sys.argv[1]), sys.stdout)
 
 
 if __name__ == "__main__":
