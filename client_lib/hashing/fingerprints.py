@@ -1,24 +1,25 @@
-"""Code fingerprints: what a callable computes, independent of where it lives in memory.
+"""Code fingerprints: what a callable computes, independent of where it lives in memory
+or which module holds it.
 
 User code (any module whose file is not under site-packages and not in the standard
 library, whatever its name) is identified by its code: bytecode, constants (nested code
 recursively), names, defaults, keyword defaults, closure cells, function attributes
 (``__wrapped__``, a singledispatch registry), the module-level globals the code references
 (functions recursively with a cycle guard, classes by their methods and attributes,
-constants by value, user modules and packages by the attributes the code names) and the
-modules it imports in its body. Library code is identified by module, qualname and the
-installed version of its distribution (:mod:`.provenance`). Wrappers count what they wrap
-(``functools.lru_cache``, ``toolz.curry``). docs/architecture.md, The task hash, and
-docs/correctness.md for what is not seen.
+constants by value, user modules and packages by the attributes the code names,
+:mod:`.bytecode`) and the modules it imports in its body; not by its module's name.
+Library code is identified by module, qualname and the installed version of its
+distribution (:mod:`.provenance`) where that name leads back to it; a library's lambdas,
+nested functions and factory products by code, closures and defaults as well. A version
+(:mod:`.user_versions`) stands for code only, never for bound state. Wrappers count what
+they wrap (``functools.lru_cache``, ``toolz.curry``). docs/architecture.md, The task
+hash, and docs/correctness.md for what is not seen. (A little over 400 lines: one class
+that must tell every kind of callable apart.)
 """
 
 from __future__ import annotations
 
-import dis
 import functools
-import importlib
-import importlib.util
-import os
 import pickle
 import sys
 import types
@@ -28,7 +29,9 @@ import numpy as np
 import xxhash
 
 from ..errors import VolatileValue
-from .provenance import PYTHON, compiled_stamp, library_version
+from .bytecode import code_imports, code_names, imported_module
+from .provenance import PYTHON, compiled_stamp, library_version, resolves_to
+from .user_versions import script_module_name
 
 if TYPE_CHECKING:
     from .encoder import Encoder
@@ -54,7 +57,6 @@ _DESCRIPTOR_TYPES = (
     types.ClassMethodDescriptorType, types.GetSetDescriptorType,
     types.MemberDescriptorType,
 )
-_IMPORT_NAME = bytes([dis.opmap["IMPORT_NAME"]])
 
 
 class Fingerprinter:
@@ -246,7 +248,7 @@ class Fingerprinter:
         library = library_version(top)
         version = self._version_of(func)
         if library is not None and version is None and (library == PYTHON
-                                                         or _resolves_to(func)):
+                                                         or resolves_to(func)):
             enc.write_raw(b"B")
             enc.write_names((module, func.__qualname__, library))
             wrapped = func.__dict__.get("__wrapped__")
@@ -255,12 +257,12 @@ class Fingerprinter:
             return
         if version is not None:  # the user's version stands for the code and its globals
             enc.write_raw(b"V")
-            enc.write_names((_module_name(module), func.__qualname__, version, library))
+            enc.write_names((script_module_name(module), func.__qualname__, version, library))
         else:
             enc.write_raw(b"U")
             enc.write_names((func.__qualname__, library))
             enc.write_raw(self._code_digest(func.__code__))
-        names = _code_names(func.__code__, set())
+        names = code_names(func.__code__, set())
         walked: set[str] = set()
         try:
             enc.encode(func.__defaults__)
@@ -350,9 +352,9 @@ class Fingerprinter:
         for name in sorted(names):
             if name in glb:
                 self._named_value(name, glb[name], names, walked)
-        for name, level in _code_imports(func.__code__):
+        for name, level in code_imports(func.__code__):
             self.enc.write_raw(b"import")
-            self._module(_imported(func, name, level), names, walked)
+            self._module(imported_module(func, name, level), names, walked)
 
     def _module(self, module: types.ModuleType | str, names: set[str],
                 walked: set[str]) -> None:
@@ -381,90 +383,6 @@ class Fingerprinter:
             self._module(value, names, walked)
         else:
             self.enc.encode(value)
-
-
-def _imported(func: types.FunctionType, name: str, level: int) -> types.ModuleType | str:
-    """The module an ``import`` in ``func``'s body names, imported now if it is user code
-    (the task imports it when it runs anyway); a library's name if it is not imported yet
-    (its version is all that counts)."""
-    if level < 0:
-        raise VolatileValue(f"unexpected bytecode around an import of {name!r}")
-    if level:
-        package = func.__globals__.get("__package__") or ""
-        try:
-            name = importlib.util.resolve_name("." * level + name, package)
-        except (ImportError, ValueError) as exc:
-            raise VolatileValue(f"cannot resolve a relative import: {exc}") from None
-    module = sys.modules.get(name)
-    if module is not None:
-        return module
-    if library_version(name.partition(".")[0]) is not None:
-        return name
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:
-        raise VolatileValue(f"cannot import {name!r} to fingerprint the code that "
-                            f"imports it ({type(exc).__name__}: {exc})") from None
-
-
-@functools.lru_cache(maxsize=4096)
-def _code_imports(code: types.CodeType) -> tuple[tuple[str, int], ...]:
-    """``(module name, level)`` of every ``import`` statement in ``code`` and the code
-    nested in it; level ``-1`` when the bytecode is not the expected shape."""
-    found: list[tuple[str, int]] = []
-    if _IMPORT_NAME in code.co_code[::2]:  # code units are (opcode, argument) pairs
-        instructions = list(dis.get_instructions(code))
-        for i, ins in enumerate(instructions):
-            if ins.opname == "IMPORT_NAME":
-                level = instructions[i - 2].argval if i >= 2 else None
-                found.append((ins.argval, level if isinstance(level, int) else -1))
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            found.extend(_code_imports(const))
-    return tuple(found)
-
-
-_ATTRIBUTE_CALLS = frozenset({"getattr", "hasattr", "attrgetter", "methodcaller"})
-
-
-def _code_names(code: types.CodeType, names: set[str]) -> set[str]:
-    """The names ``code`` (and the code nested in it) uses; with ``getattr(x, "NAME")``
-    (or ``hasattr``, ``attrgetter("a.b")``, ``methodcaller``) the literal names too."""
-    names.update(code.co_names)
-    by_literal = not _ATTRIBUTE_CALLS.isdisjoint(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _code_names(const, names)
-        elif by_literal and isinstance(const, str):
-            names.update(p for p in const.split(".") if p.isidentifier())
-    return names
-
-
-def _resolves_to(obj: Any) -> bool:
-    """Whether ``obj``'s module and qualified name lead back to ``obj`` itself (not true
-    of lambdas, nested functions, factory products, or anything replaced since)."""
-    qualname = getattr(obj, "__qualname__", "") or ""
-    if "<" in qualname:  # <lambda>, <locals>
-        return False
-    found: Any = sys.modules.get(getattr(obj, "__module__", None) or "")
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-        if found is None:
-            return False
-    return found is obj or getattr(found, "__func__", None) is obj
-
-
-def _module_name(module: str | None) -> str | None:
-    """A module's name, with ``__main__`` named as the script it was run from
-    (``python chain.py`` and ``import chain`` give ``chain``)."""
-    if module != "__main__":
-        return module
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if spec is not None and spec.name:
-        return spec.name
-    file = getattr(main, "__file__", None)
-    return os.path.splitext(os.path.basename(file))[0] if file else module
 
 
 def _version_targets(obj: Any) -> list[Any]:

@@ -25,7 +25,7 @@ import xxhash
 from ..errors import VolatileValue
 
 __all__ = ["PYTHON", "compiled_stamp", "file_stamp", "library_version", "listed_file_stamps",
-           "local_build"]
+           "local_build", "resolves_to"]
 
 PYTHON = f"python-{sys.version_info[0]}.{sys.version_info[1]}"
 _MAX_DIR_ENTRIES = 10_000
@@ -233,3 +233,17 @@ def _module_file(top_module: str) -> str | None:
         return spec.origin
     locations = list(spec.submodule_search_locations or [])
     return locations[0] if locations else None
+
+
+def resolves_to(obj: Any) -> bool:
+    """Whether ``obj``'s module and qualified name lead back to ``obj`` itself (not true
+    of lambdas, nested functions, factory products, or anything replaced since)."""
+    qualname = getattr(obj, "__qualname__", "") or ""
+    if "<" in qualname:  # <lambda>, <locals>
+        return False
+    found: Any = sys.modules.get(getattr(obj, "__module__", None) or "")
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is obj or getattr(found, "__func__", None) is obj
