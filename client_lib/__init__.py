@@ -15,7 +15,9 @@ from .errors import (
     ResultCacheError,
     VolatileValue,
 )
+from .futures import CachedClient
 from .hashing import KEY_VERSION, cache_version, register
+from .persist import cached_persist
 from .policy import Candidate
 from .report import CacheReport, last_report
 from .transport import CacheClient
@@ -25,6 +27,7 @@ __all__ = [
     "CacheAccessDenied",
     "CacheClient",
     "CacheEntryCorrupt",
+    "CachedClient",
     "CacheEntryUnavailable",
     "CacheProtocolError",
     "CacheReport",
@@ -34,6 +37,7 @@ __all__ = [
     "VolatileValue",
     "cache_version",
     "cached_compute",
+    "cached_persist",
     "last_report",
     "register",
     "task_hashes",

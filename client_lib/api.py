@@ -27,15 +27,18 @@ from .errors import (
 )
 from .graph import Materialized, materialize, toposort, unfuse
 from .hashing import GraphHashes, hash_graph
+from .known import external_keys, has_known, known_hashes, remember
+from .leases import lease_ttl, lease_wait, release_leases, take_leases
 from .notices import warn_once
-from .policy import resolve_policy
+from .policy import Policy, resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .signing import SigningKey, configured_key
-from .tasks import pop_counts
+from .tasks import StoreRun, pop_counts
 from .transport import CacheClient
 
-__all__ = ["cached_compute", "resolve_cache", "task_hashes"]
+__all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
+           "task_hashes"]
 
 logger = logging.getLogger("client_lib")
 Key = Hashable
@@ -66,6 +69,7 @@ def cached_compute(
     explain: bool = False,
     traverse: bool = True,
     optimize_graph: bool = True,
+    refresh: bool | None = None,
     **compute_kwargs: Any,
 ) -> tuple:
     """Compute dask collections like ``dask.compute``, loading cached results.
@@ -74,16 +78,38 @@ def cached_compute(
     :class:`CacheClient` (default: config ``result-cache.url``); ``policy`` says which
     results to store (``"auto"``, ``"all"``, ``"outputs"``, ``"none"`` or a callable,
     default config ``result-cache.policy``); ``namespace`` separates projects (default
-    config ``result-cache.namespace``). ``scheduler`` and ``compute_kwargs`` go to the
-    scheduler as in ``dask.compute``; a ``distributed.Client`` (passed, or the default
-    client) runs the loads and stores on its workers. ``explain=True`` prints what the
-    cache did; :func:`client_lib.last_report` returns it.
+    config ``result-cache.namespace``). ``refresh=True`` (default config
+    ``result-cache.refresh``) recomputes everything it would have loaded and overwrites
+    those entries. ``scheduler`` and ``compute_kwargs`` go to the scheduler as in
+    ``dask.compute``; a ``distributed.Client`` (passed, or the default client) runs the
+    loads and stores on its workers. ``explain=True`` prints what the cache did;
+    :func:`client_lib.last_report` returns it.
+
+    Config ``result-cache.mode = "read-only"`` loads but never stores. Tasks this run
+    computes are leased on the server, so another run that needs one of them meanwhile
+    waits for it and loads it instead of computing it too (docs/protocol.md, "Leases").
     """
     collections, repack = unpack_collections(*args, traverse=traverse)
     if not collections:
         return args
+    results, _ = run_cached(collections, cache=cache, policy=policy, namespace=namespace,
+                            scheduler=scheduler, explain=explain,
+                            optimize_graph=optimize_graph, refresh=refresh,
+                            compute_kwargs=compute_kwargs)
+    return repack(results)
+
+
+def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | None,
+               scheduler: Any, explain: bool, optimize_graph: bool, refresh: bool | None,
+               compute_kwargs: dict[str, Any], finalize: bool = True,
+               ) -> tuple[list, Materialized]:
+    """The steps of ``cached_compute`` for ``collections`` (already unpacked): the results
+    of the materialised graph's output keys, in order, and that graph. ``finalize=False``
+    keeps every output key of the collections (``persist``)."""
     namespace = _namespace(namespace)
-    store_policy = resolve_policy(policy)
+    no_stores = read_only()
+    refresh = refresh_requested(refresh) and not no_stores
+    store_policy = Policy("none") if no_stores else resolve_policy(policy)
     client = resolve_cache(cache)
     schedule = _get_scheduler(scheduler, collections)
     report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
@@ -96,13 +122,13 @@ def cached_compute(
         report.seconds[phase] = report.seconds.get(phase, 0.0) + now - clock
         clock = now
 
-    m = materialize(collections, optimize_graph)
+    m = materialize(collections, optimize_graph, finalize=finalize)
     lap("materialize")
     if client is None:
         report.fallback = "no cache configured (set result-cache.url or pass cache=)"
         warn_once(f"cached_compute: {report.fallback}; computing without the cache",
                   key="cached_compute: no cache", user_warning=True)
-        return repack(_run(schedule, m.graph, m, compute_kwargs))
+        return _run(schedule, m.graph, m, compute_kwargs), m
 
     fused = m
     m, order, hashes = _hash(fused, namespace, client.signing_key)
@@ -121,57 +147,83 @@ def cached_compute(
         report.fallback = f"cache server {problem} ({exc})"
         warn_once(f"cached_compute: {report.fallback}; computing without the cache",
                   key=f"cached_compute: {client.url}", user_warning=True)
-        return repack(_run(schedule, fused.graph, fused, compute_kwargs))
+        return _run(schedule, fused.graph, fused, compute_kwargs), fused
     lap("lookup")
 
-    run_id = uuid.uuid4().hex
+    run = StoreRun(client, store_policy, uuid.uuid4().hex, lease_ttl=lease_ttl(),
+                   lease_wait=lease_wait())
+    overwrite = hits if refresh else frozenset()
     distrusted: set[str] = set()
     untrusted: set[str] = set()
-    for attempt in range(3):
-        usable = hits - distrusted if attempt < 2 else set()
-        if attempt == 2:
-            report.fallback = "entries kept failing to load; computed without loads"
-        rewritten = rewrite(m, order, hashes, cacheable, usable, client, store_policy, run_id)
-        # Tasks, like ``cacheable`` (equal tasks, e.g. chunks of ``da.ones``, share a hash).
-        report.hits = sum(h in usable for h in cacheable.values())
-        report.loaded = rewritten.loaded
-        report.culled = rewritten.culled
-        report.computed = rewritten.computed
-        report.loaded_keys = rewritten.loaded_keys
-        report.computed_keys = rewritten.computed_keys
-        report.store_candidates = rewritten.wrapped
-        lap("rewrite")
-        try:
-            results = _run(schedule, rewritten.graph, m, compute_kwargs, hashes.pinned)
-        except CacheEntryUntrusted as exc:
-            # Someone who can write to the cache replaced it; whatever else this run would
-            # load is checked now (headers only), not one retry per replaced entry.
-            loads = {hashes.hashes[k] for k in rewritten.loaded_keys if k in hashes.hashes}
-            found = {exc.task_hash} | client.untrusted_among(loads - {exc.task_hash})
-            untrusted |= found
-            distrusted |= found
-            report.untrusted = len(untrusted)
-            report.retried.extend(sorted(found))
-            warn_once(f"cached_compute: {len(found)} cached result(s) in {client.url} have "
-                      "no valid signature for result-cache.signing-key (written by someone "
-                      "without the key): not loaded (nothing was unpickled), recomputed; "
-                      "counted as untrusted in the run report and the server's stats",
-                      key=f"untrusted: {client.url}", user_warning=True)
-            continue
-        except CacheEntryUnavailable as exc:
-            logger.warning("cached_compute: %s; recomputing without it", exc)
-            distrusted.add(exc.task_hash)
-            report.retried.append(exc.task_hash)
-            continue
-        finally:
-            lap("run")
-        break
-    counts = pop_counts(run_id)
-    report.stored = counts.get("stored", 0) if _is_local(schedule) else None
+    leased: set[str] = set()
+    try:
+        for attempt in range(3):
+            usable = hits - distrusted if attempt < 2 and not refresh else set()
+            if attempt == 2:
+                report.fallback = "entries kept failing to load; computed without loads"
+            rewritten = rewrite(m, order, hashes, cacheable, usable, run, overwrite)
+            # Tasks, like ``cacheable`` (equal tasks, e.g. chunks of ``da.ones``, share a
+            # hash); under refresh, those found, although they are recomputed.
+            report.hits = sum(h in hits and h not in distrusted for h in cacheable.values())
+            report.loaded = rewritten.loaded
+            report.culled = rewritten.culled
+            report.computed = rewritten.computed
+            report.loaded_keys = rewritten.loaded_keys
+            report.computed_keys = rewritten.computed_keys
+            report.store_candidates = rewritten.wrapped
+            lap("rewrite")
+            leased |= take_leases(run, rewritten.specs.values())
+            report.waited = sum(s.lease == "wait" for s in rewritten.specs.values())
+            lap("lease")
+            try:
+                results = _run(schedule, rewritten.graph, m, compute_kwargs, hashes.pinned,
+                               rewritten.loaded_keys)
+            except CacheEntryUntrusted as exc:
+                # Someone who can write to the cache replaced it; whatever else this run
+                # would load is checked now (headers only), not one retry per entry.
+                loads = {hashes.hashes[k] for k in rewritten.loaded_keys if k in hashes.hashes}
+                found = {exc.task_hash} | client.untrusted_among(loads - {exc.task_hash})
+                untrusted |= found
+                distrusted |= found
+                report.untrusted = len(untrusted)
+                report.retried.extend(sorted(found))
+                warn_once(f"cached_compute: {len(found)} cached result(s) in {client.url} "
+                          "have no valid signature for result-cache.signing-key (written by "
+                          "someone without the key): not loaded (nothing was unpickled), "
+                          "recomputed; counted as untrusted in the run report and the "
+                          "server's stats", key=f"untrusted: {client.url}", user_warning=True)
+                continue
+            except CacheEntryUnavailable as exc:
+                logger.warning("cached_compute: %s; recomputing without it", exc)
+                distrusted.add(exc.task_hash)
+                report.retried.append(exc.task_hash)
+                continue
+            finally:
+                lap("run")
+            break
+    except BaseException:
+        release_leases(run, leased)  # the tasks that never ran must not keep them
+        raise
+    owner = _distributed_client(schedule)
+    if owner is not None and compute_kwargs.get("sync", True) is False:
+        for key, future in zip(m.keys, results, strict=True):
+            digest = hashes.digests.get(key)
+            if digest is not None and key in hashes.hashes:
+                remember(owner, future.key, digest)
+    counts = pop_counts(run.run_id)
+    if _is_local(schedule):
+        report.stored = counts.get("stored", 0)
+        report.waited_loaded = counts.get("waited-loaded", 0)
+    elif report.waited and owner is not None and compute_kwargs.get("sync", True):
+        from .distributed import worker_counts
+
+        report.waited_loaded = worker_counts(owner, run.run_id).get("waited-loaded", 0)
+    report.loaded += report.waited_loaded
+    report.computed -= report.waited_loaded
     logger.info("%s", report)
     if explain:
         print(report)
-    return repack(results)
+    return results, m
 
 
 def task_hashes(*args: Any, namespace: str | None = None, traverse: bool = True,
@@ -200,7 +252,26 @@ def _hash(fused: Materialized, namespace: str, signing_key: SigningKey | None
     """Unfuse, order and hash a materialised graph (hashes keyed by ``signing_key``)."""
     m = unfuse(fused)
     order = toposort(m.graph, m.keys)
-    return m, order, hash_graph(m.graph, order, namespace, m, signing_key)
+    # Futures the cache made (CachedClient, persist) count by their tasks' digests.
+    known = known_hashes(external_keys(m.graph)) if has_known() else None
+    return m, order, hash_graph(m.graph, order, namespace, m, signing_key, known)
+
+
+def read_only() -> bool:
+    """Whether config ``result-cache.mode`` says to load but never store."""
+    mode = dask.config.get("result-cache.mode", "read-write")
+    if mode not in ("read-write", "read-only"):
+        raise ValueError(f"result-cache.mode must be 'read-write' or 'read-only', not {mode!r}")
+    return mode == "read-only"
+
+
+def refresh_requested(refresh: bool | None) -> bool:
+    """``refresh``, or config ``result-cache.refresh`` when it is ``None``."""
+    if refresh is None:
+        refresh = dask.config.get("result-cache.refresh", False)
+    if not isinstance(refresh, bool):
+        raise TypeError(f"refresh must be True or False, not {refresh!r}")
+    return refresh
 
 
 def _root_reasons(volatile: dict[Key, str]) -> list[str]:
@@ -239,14 +310,18 @@ def _is_local(schedule: Callable) -> bool:
 
 
 def _run(schedule: Callable, graph: dict[Key, GraphNode], m: Materialized,
-         kwargs: dict[str, Any], pinned: Set[Key] | None = None) -> Any:
+         kwargs: dict[str, Any], pinned: Set[Key] | None = None,
+         loads: list[Key] | None = None) -> Any:
     """Run ``graph`` for the outputs of ``m`` (which also carries the annotations).
     ``pinned`` keys keep their names on a cluster; ``None``: a graph without cache tasks,
-    every key keeps its name."""
+    every key keeps its name. When the run returns futures (``sync=False`` on a
+    cluster), it waits for the ``loads`` (a failed one raises here, not in a future)."""
     client = _distributed_client(schedule)
     if client is not None:
-        from .distributed import submit
+        from .distributed import submit, submit_checked
 
+        if kwargs.get("sync", True) is False and loads:
+            return submit_checked(client, graph, m.keys, loads, kwargs, m, pinned)
         return submit(client, graph, m.keys, kwargs, m, keep_names=pinned)
     return schedule(graph, m.keys, **kwargs)
 

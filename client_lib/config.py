@@ -23,6 +23,12 @@ DEFAULTS = {
         # names, a list or separated by commas. docs/correctness.md.
         "volatile-functions": [],
         "side-effect-functions": [],
+        "mode": "read-write",  # read-write | read-only (load, never store)
+        "refresh": False,  # recompute what would be loaded, overwrite the entries
+        "ttl": None,  # lifetime of new entries ("7d", seconds); None: until evicted
+        "lease-ttl": 60,  # seconds a computing task's lease lives without renewal
+        "lease-wait": None,  # seconds to wait for another's lease; None: estimate + 30
+        "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "auto": {
             "latency": 0.005,  # seconds per load request, for the auto policy
             "throughput": 500e6,  # bytes per second a load achieves

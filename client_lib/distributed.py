@@ -20,10 +20,10 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .graph import Materialized
 
-__all__ = ["submit"]
+__all__ = ["submit", "submit_checked", "worker_counts"]
 
 Key = Hashable
-_OWN_ANNOTATIONS = frozenset({"cache", "cache_version"})
+_OWN_ANNOTATIONS = frozenset({"cache", "cache_version", "cache_ttl"})
 
 
 def _suffixed(key: Key, suffix: str) -> Key:
@@ -75,3 +75,47 @@ def submit(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
     hlg = _layers(renamed, names, source)
     # Unknown keys (external futures) keep their names: they are data the cluster holds.
     return client.get(hlg, [names.get(k, k) for k in keys], **kwargs)
+
+
+def submit_checked(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
+                   loads: list[Key], kwargs: dict[str, Any], source: Materialized,
+                   keep_names: Set[Key] | None) -> list:
+    """Like :func:`submit` with ``sync=False`` (futures of ``keys``), but returns only
+    once the ``loads`` have finished: a load that failed cancels everything submitted and
+    raises its :class:`~client_lib.errors.CacheEntryUnavailable`, so the caller can run
+    the graph again without that entry (a future must never fail for the cache's sake).
+    Loads are quick next to the computations, which go on in the background."""
+    from distributed import wait
+
+    from .errors import CacheEntryUnavailable
+
+    extra = [k for k in dict.fromkeys(loads) if k not in set(keys)]
+    futures = submit(client, graph, [*keys, *extra], {**kwargs, "sync": False}, source,
+                     keep_names)
+    outputs, watched = futures[:len(keys)], futures[len(keys):]
+    by_key = dict(zip([*keys, *extra], futures, strict=True))
+    load_futures = [by_key[k] for k in loads]
+    wait(load_futures)
+    failed = next((f for f in load_futures if f.status == "error"
+                   and isinstance(f.exception(), CacheEntryUnavailable)), None)
+    if failed is not None:
+        error = failed.exception()
+        client.cancel(futures)
+        raise error
+    del watched  # loads that are not outputs: the scheduler keeps them while needed
+    return outputs
+
+
+def worker_counts(client: Any, run_id: str) -> dict[str, int]:
+    """What the tasks of ``run_id`` counted on every worker (and forget it there)."""
+    from .tasks import pop_counts
+
+    total: dict[str, int] = {}
+    try:
+        per_worker = client.run(pop_counts, run_id)
+    except Exception:  # a worker that left takes its counts with it: the report says less
+        return total
+    for counts in per_worker.values():
+        for what, n in counts.items():
+            total[what] = total.get(what, 0) + n
+    return total

@@ -40,6 +40,8 @@ class Materialized:
     annotations: dict[str, dict[Key, Any]] = field(default_factory=dict)
     # Where each unfused key came from (inner key -> outer fused key), for annotations.
     origin: dict[Key, Key] = field(default_factory=dict)
+    # The output keys per collection, nested as ``__dask_keys__`` (persist rebuilds from it).
+    nested_keys: list[Any] = field(default_factory=list)
 
     def annotation(self, name: str, key: Key, default: Any = None) -> Any:
         by_key = self.annotations.get(name)
@@ -61,8 +63,11 @@ def _delayed_only(collections: Iterable[Any]) -> bool:
     return all(isinstance(c, Delayed) for c in collections)
 
 
-def materialize(collections: list[Any], optimize_graph: bool = True) -> Materialized:
-    """The graph ``dask.compute(*collections)`` would run, converted to the task spec.
+def materialize(collections: list[Any], optimize_graph: bool = True,
+                finalize: bool = True) -> Materialized:
+    """The graph ``dask.compute(*collections)`` would run, converted to the task spec;
+    with ``finalize=False`` the graph ``dask.persist`` would run (every output key of
+    every collection, no finalisation).
 
     Delayed-only computations skip Dask's low-level optimisation (culling a wide delayed
     graph is quadratic); the rewrite culls anyway by walking back from the outputs.
@@ -72,12 +77,13 @@ def materialize(collections: list[Any], optimize_graph: bool = True) -> Material
     if _delayed_only(collections):
         optimize_graph = False
     expr = collections_to_expr(collections, optimize_graph)
-    expr = FinalizeCompute(expr).optimize()
-    keys = list(flatten(expr.__dask_keys__()))
+    expr = FinalizeCompute(expr).optimize() if finalize else expr.optimize()
+    nested = expr.__dask_keys__()
+    keys = list(flatten(nested))
     graph = expr.__dask_graph__()
     annotations = dict(expr.__dask_annotations__() or {})
     graph = convert_legacy_graph(dict(graph) if not isinstance(graph, dict) else graph)
-    return Materialized(graph=graph, keys=keys, annotations=annotations)
+    return Materialized(graph=graph, keys=keys, annotations=annotations, nested_keys=nested)
 
 
 def _inner_name(outer: Key, inner: Key) -> Key:
@@ -101,7 +107,8 @@ def unfuse(m: Materialized) -> Materialized:
     origin: dict[Key, Key] = dict(m.origin)
     for key, node in m.graph.items():
         _expand(key, node, out, origin)
-    return Materialized(graph=out, keys=m.keys, annotations=m.annotations, origin=origin)
+    return Materialized(graph=out, keys=m.keys, annotations=m.annotations, origin=origin,
+                        nested_keys=m.nested_keys)
 
 
 def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:

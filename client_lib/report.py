@@ -43,6 +43,8 @@ class CacheReport:
     volatile: int = 0
     volatile_reasons: Counter = field(default_factory=Counter)
     untrusted: int = 0  # entries not loaded for a missing or wrong signature
+    waited: int = 0  # tasks another run was computing when this one started
+    waited_loaded: int = 0  # of those, loaded once the other run stored them
     fallback: str | None = None  # why the cache was (partly) bypassed
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
     loaded_keys: list[Hashable] = field(default_factory=list)
@@ -63,6 +65,9 @@ class CacheReport:
         if self.untrusted:
             lines.append(f"  untrusted {self.untrusted}: entries without a valid signature "
                          "for result-cache.signing-key, recomputed (not loaded)")
+        if self.waited:
+            lines.append(f"  waited for {self.waited} tasks other runs were computing: "
+                         f"{self.waited_loaded} loaded, the others computed here")
         if self.retried:
             lines.append(f"  entries that failed to load and were recomputed: "
                          f"{', '.join(self.retried)}")

@@ -10,16 +10,15 @@ tasks as ``dask.compute`` would give it.
 from __future__ import annotations
 
 import operator
-from collections.abc import Hashable
+from collections.abc import Hashable, Set
 from dataclasses import dataclass
 
 from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 
+from .expiry import default_ttl, parse_ttl
 from .graph import Materialized
 from .hashing import GraphHashes
-from .policy import Policy
 from .tasks import StoreRun, StoreSpec, load_result, run_and_store, run_group
-from .transport import CacheClient
 
 __all__ = ["Rewritten", "cacheable_keys", "rewrite"]
 
@@ -36,6 +35,7 @@ class Rewritten:
     computed: int
     loaded_keys: list[Key]  # keys (of the unfused graph) that became loads
     computed_keys: list[Key]  # tasks that run
+    specs: dict[Key, StoreSpec]  # the store wrappers, by key (leases are set on them)
 
 
 def _trivial(node: Task) -> bool:
@@ -65,16 +65,20 @@ def cacheable_keys(m: Materialized, hashes: GraphHashes) -> dict[Key, str]:
 
 
 def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
-            cacheable: dict[Key, str], hits: set[str], cache: CacheClient, policy: Policy,
-            run_id: str) -> Rewritten:
+            cacheable: dict[Key, str], hits: set[str], run: StoreRun,
+            overwrite: Set[str] = frozenset()) -> Rewritten:
     """Walk back from the outputs; a cacheable key whose hash is in ``hits`` becomes a
     load under the same key and its dependencies are not visited (culled). ``order`` is
-    the graph's dependency order (from :func:`~client_lib.graph.toposort`)."""
+    the graph's dependency order (from :func:`~client_lib.graph.toposort`). Computed
+    tasks whose hash is in ``overwrite`` (``refresh``) are stored whatever the policy
+    says, replacing their entries. A ``cache_ttl`` annotation (or config
+    ``result-cache.ttl``) sets the lifetime of what a task stores."""
     graph = m.graph
     outputs = _output_tasks(graph, m.keys)
     task_hashes = hashes.hashes
     labels = hashes.labels
-    run = StoreRun(cache, policy, run_id)
+    policy = run.policy
+    ttl_default = default_ttl()
     kept: dict[Key, GraphNode] = {}
     specs: dict[Key, StoreSpec] = {}
     loaded_keys: list[Key] = []
@@ -87,22 +91,25 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
         node = graph[key]
         task_hash = cacheable.get(key)
         if task_hash is not None and task_hash in hits:
-            kept[key] = Task(key, load_result, cache, task_hash, labels.get(key, ""))
+            kept[key] = Task(key, load_result, run.cache, task_hash, labels.get(key, ""))
             loaded_keys.append(key)
             continue
         kept[key] = node
         if isinstance(node, Task):
             computed_keys.append(key)
+            replace = task_hash in overwrite
             if (task_hash is not None and not _trivial(node)
-                    and policy.wraps(key in outputs)):
+                    and (replace or policy.wraps(key in outputs))):
+                ttl = m.annotation("cache_ttl", key)
+                ttl = ttl_default if ttl is None else parse_ttl(ttl)
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
-                                       ())
+                                       (), ttl, replace)
         stack.extend(node.dependencies)
     _link_upstream(specs, kept, loaded_keys, task_hashes, order)
-    executable = _pack(kept, specs, order, m.origin)
+    executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
-                     loaded_keys, computed_keys)
+                     loaded_keys, computed_keys, specs)
 
 
 def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
@@ -130,11 +137,14 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
 
 
 def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],
-          origin: dict[Key, Key]) -> dict[Key, GraphNode]:
-    """Regroup kept operations by the fused task they came from; wrap stored singles."""
+          origin: dict[Key, Key], loads: set[Key]) -> dict[Key, GraphNode]:
+    """Regroup kept operations by the fused task they came from; wrap stored singles.
+    Loads stay tasks of their own (their results are what a failed load names)."""
     groups: dict[Key, list[Key]] = {}
     for key in order:  # dependency order, so every group's members are ordered too
-        if key in kept:
+        if key in loads:
+            groups[key] = [key]
+        elif key in kept:
             root = key
             while root in origin:
                 root = origin[root]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from dask.sizeof import sizeof
 from . import codec
 from .errors import CacheAccessDenied, CacheEntryUnavailable, CacheUnavailable, ResultCacheError
 from .handles import is_handle
+from .leases import LeaseKeeper, wait_for_holder
 from .notices import warn_once
 from .policy import Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
@@ -46,7 +48,9 @@ class StoreRun:
 
     cache: CacheClient
     policy: Policy
-    run_id: str
+    run_id: str  # also the holder of this run's leases
+    lease_ttl: float = 60.0
+    lease_wait: float | None = None  # None: the holder's estimate + 30 s
 
 
 @dataclass(slots=True)
@@ -58,6 +62,9 @@ class StoreSpec:
     label: str
     is_output: bool
     dep_hashes: tuple[str, ...]
+    ttl: float | None = None  # seconds the entry lives; None: until evicted
+    overwrite: bool = False  # refresh: replace the entry, whatever the policy says
+    lease: str | None = None  # "held": this run leased the hash; "wait": another run did
 
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
@@ -101,23 +108,28 @@ def pop_counts(run_id: str) -> dict[str, int]:
 
 
 def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
-                 raised: list[RecordedWarning]) -> None:
-    """Offer a computed value to the policy; store it if chosen. Never raises."""
+                 raised: list[RecordedWarning]) -> bool:
+    """Offer a computed value to the policy; store it if chosen. Never raises; True if the
+    server holds the value now."""
     try:
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
         warned = _warnings_with_upstream(spec, raised)
         if value is None or is_handle(value):
-            return  # a side effect's marker, or a handle: a load could not stand for it
+            return False  # a side effect's marker, or a handle: a load could not stand for it
         run = spec.run
-        if not run.policy.may_store(seconds + upstream, spec.is_output):
-            return
+        if not spec.overwrite and not run.policy.may_store(seconds + upstream, spec.is_output):
+            return False
         candidate = Candidate(spec.task_hash, spec.label, seconds, upstream,
                               sizeof(value), spec.is_output)
-        if run.policy.should_store(candidate):
+        if spec.overwrite or run.policy.should_store(candidate):
             payload = _encoded(value, warned)
-            if run.cache.put(spec.task_hash, payload, seconds + upstream, spec.label):
+            if run.cache.put(spec.task_hash, payload, seconds + upstream, spec.label,
+                             ttl=spec.ttl, overwrite=spec.overwrite):
                 count(run.run_id, "stored")
+                return True
+            if spec.overwrite:  # no room for the new value: never serve the old one
+                run.cache.delete(spec.task_hash)
     except CacheUnavailable as exc:
         warn_once(f"result cache: storing results failed, continuing without: {exc}")
     except CacheAccessDenied as exc:  # one message per server and problem
@@ -126,6 +138,7 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
     except Exception as exc:  # a cache problem must never fail the computation
         warn_once(f"result cache: could not store a {type(value).__name__} "
                   f"({spec.label}): {type(exc).__name__}: {exc}")
+    return False
 
 
 def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> Any:
@@ -140,10 +153,38 @@ def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> Any:
 
 def run_and_store(spec: StoreSpec, func: Any, kwargs: dict | None, *args: Any) -> Any:
     """Run the original task, time it, store its result if the policy says so."""
+    if spec.lease is not None:
+        return _run_leased(spec, lambda: func(*args, **kwargs) if kwargs else func(*args))
     start = time.perf_counter()
     with recording() as raised:
         value = func(*args, **kwargs) if kwargs else func(*args)
     _maybe_store(spec, value, time.perf_counter() - start, raised)
+    return value
+
+
+def _run_leased(spec: StoreSpec, call: Callable[[], Any]) -> Any:
+    """Run a task whose hash is leased: by this run (renewed while it runs, released if
+    not stored) or by another (wait for its result first; client_lib.leases)."""
+    run = spec.run
+    held = spec.lease == "held"
+    if not held:
+        waited = wait_for_holder(run, spec.task_hash, spec.label, load_result)
+        if waited.loaded:
+            count(run.run_id, "waited-loaded")
+            return waited.value
+        held = waited.held
+    keeper = LeaseKeeper.get() if held else None
+    if keeper is not None:
+        keeper.started(run, spec.task_hash, spec.label)
+    stored = False
+    start = time.perf_counter()
+    try:
+        with recording() as raised:
+            value = call()
+        stored = _maybe_store(spec, value, time.perf_counter() - start, raised)
+    finally:
+        if keeper is not None:
+            keeper.finished(run, spec.task_hash, stored, time.perf_counter() - start)
     return value
 
 
@@ -162,6 +203,8 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
         spec = specs.get(key)
         if spec is None:
             values[key] = node(values)
+        elif spec.lease is not None:
+            values[key] = _run_leased(spec, lambda node=node: node(values))
         else:
             start = time.perf_counter()
             with recording() as raised:

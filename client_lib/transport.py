@@ -41,6 +41,7 @@ _LOOKUP_BATCH = 200_000
 MAX_COMPUTE_SECONDS = 1e7
 _FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
 _UNTRUSTED = "no valid signature for result-cache.signing-key; not loaded"
+_LEASE_BATCH = 100_000  # the server's default max_lease_hashes
 
 
 class CacheClient:
@@ -186,12 +187,67 @@ class CacheClient:
         _expect(response, 204)
         return True
 
+    # -- leases (docs/protocol.md, "Leases") --------------------------------------------
+
+    def acquire_leases(self, hashes: Iterable[str], holder: str,
+                       ttl: float) -> tuple[set[str], set[str], set[str]]:
+        """Lease ``hashes`` for ``holder`` for ``ttl`` seconds: the hashes now leased to
+        ``holder`` (new, or already its own), those stored meanwhile, those another holder
+        leases."""
+        granted: set[str] = set()
+        stored: set[str] = set()
+        held: set[str] = set()
+        for batch in _batches(hashes, _LEASE_BATCH):
+            body = self._lease_call("/v1/leases", {"holder": holder, "ttl": ttl,
+                                                   "hashes": batch})
+            granted.update(body["granted"])
+            stored.update(body["stored"])
+            held.update(body["held"])
+        return granted, stored, held
+
+    def renew_leases(self, estimates: dict[str, float | None], holder: str,
+                     ttl: float) -> set[str]:
+        """Extend ``holder``'s leases of these hashes by ``ttl`` seconds (re-taking any
+        that expired and nobody took); each maps to how long its task is expected to
+        take, where known. Returns the hashes still leased to ``holder``."""
+        renewed: set[str] = set()
+        for batch in _batches(estimates, _LEASE_BATCH):
+            known = {h: estimates[h] for h in batch if estimates[h] is not None}
+            body = self._lease_call("/v1/leases/renew", {
+                "holder": holder, "ttl": ttl, "hashes": batch, "estimates": known})
+            renewed.update(body["renewed"])
+        return renewed
+
+    def release_leases(self, hashes: Iterable[str], holder: str) -> int:
+        """Drop ``holder``'s leases of ``hashes`` (others' leases are untouched)."""
+        released = 0
+        for batch in _batches(hashes, _LEASE_BATCH):
+            body = self._lease_call("/v1/leases/release", {"holder": holder,
+                                                           "hashes": batch})
+            released += int(body["released"])
+        return released
+
+    def lease_status(self, task_hash: str) -> dict[str, Any]:
+        """``{"leased", "stored", "ttl", "estimate"}`` for one hash."""
+        response = self._request("GET", f"/v1/leases/{task_hash}")
+        _expect(response, 200)
+        return response.json()
+
+    def _lease_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self._request("POST", path, json=body)
+        _expect(response, 200)
+        return response.json()
+
     # -- objects ------------------------------------------------------------------------
 
-    def put(self, task_hash: str, value: Any, compute_seconds: float, label: str) -> bool:
+    def put(self, task_hash: str, value: Any, compute_seconds: float, label: str, *,
+            ttl: float | None = None, overwrite: bool = False) -> bool:
         """Store ``value`` under ``task_hash``; ``True`` if the server now holds it, ``False``
         if it has no room (413/507). Raises :class:`CacheAccessDenied` without uploading once
-        the server has refused a store from this client."""
+        the server has refused a store from this client.
+
+        ``ttl``: seconds after which the entry expires. ``overwrite``: replace an entry
+        that exists (without it, storing an indexed hash changes nothing)."""
         if self._store_refused is not None:
             raise self._store_refused
         enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
@@ -210,12 +266,15 @@ class CacheClient:
         if self.signing_key is not None:
             headers["X-Result-Signature"] = self.signing_key.sign(
                 task_hash, enc.kind, enc.dtype, enc.shape, enc.digest)
+        if ttl is not None:
+            headers["X-Result-TTL"] = repr(float(ttl))
         # memoryview slices of the value itself: h11 copies each once into the request
         # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
         body = enc.chunks()
         try:
             response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
-                                     headers=headers)
+                                     headers=headers,
+                                     params={"overwrite": "true"} if overwrite else None)
         except CacheAccessDenied as exc:
             self._store_refused = exc
             raise
@@ -308,6 +367,11 @@ def _signing_key(value: SigningKey | str | None) -> SigningKey | None:
     if value is None or isinstance(value, SigningKey):
         return value
     return SigningKey(value)
+
+
+def _batches(items: Iterable[str], size: int) -> list[list[str]]:
+    unique = list(dict.fromkeys(items))
+    return [unique[i:i + size] for i in range(0, len(unique), size)]
 
 
 def _read_body(response: httpx.Response, kind: str, dtype: str,

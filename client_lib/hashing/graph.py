@@ -59,13 +59,15 @@ class GraphHashes:
     ``hashes`` holds the 32-hex task hash of every hashable node; ``volatile`` maps the
     keys that must not be cached to the reason; ``pinned`` holds tasks that have a hash
     but must always run (side effects, e.g. P2P shuffle transfers); ``labels`` are
-    readable names for the entries.
+    readable names for the entries; ``digests`` the Merkle digests the hashes are made
+    from (equal to them unless a signing key keys the published hashes).
     """
 
     hashes: dict[Key, str] = field(default_factory=dict)
     volatile: dict[Key, str] = field(default_factory=dict)
     pinned: set[Key] = field(default_factory=set)
     labels: dict[Key, str] = field(default_factory=dict)
+    digests: dict[Key, bytes] = field(default_factory=dict)
 
 
 class _VolatileDependency(Exception):
@@ -227,15 +229,21 @@ class GraphHasher:
 
 
 def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
-               annotations: Any = None, signing_key: SigningKey | None = None) -> GraphHashes:
+               annotations: Any = None, signing_key: SigningKey | None = None,
+               known: Mapping[Key, bytes] | None = None) -> GraphHashes:
     """Hash the nodes of ``graph`` named in ``order`` (dependencies first).
 
     ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
     :class:`~client_lib.graph.Materialized`): ``cache=False`` makes a task volatile and
     ``cache_version=...`` replaces its function's code in the hash. ``signing_key`` keys
-    the published hashes.
+    the published hashes. ``known`` gives the (unkeyed) digests of keys outside the graph
+    (futures the cache made, :mod:`client_lib.known`; see ``GraphHashes.digests``); any
+    other key outside the graph makes its dependents volatile.
     """
     hasher = GraphHasher(graph, namespace, annotations, signing_key=signing_key)
+    if known:
+        hasher.digests.update(known)
     result = hasher.run(order)
+    result.digests = hasher.digests
     result.pinned = pinned_keys(graph, order, hasher.kinds)
     return result

@@ -1,0 +1,267 @@
+"""In-flight deduplication: a lease per task hash while one run computes it.
+
+A run leases, right after its lookup, the hashes of the tasks it will compute and may
+store (docs/protocol.md, "Leases"), unless there are more than ``result-cache.lease-limit``
+of them (default 10000; 0 turns leases off): a wide graph of small tasks would pay more
+for the leases (~5-20 µs per task in Redis) than deduplication could save. Where another
+run holds the lease, the task waits for that run's result instead of computing it too: it
+polls the lease, loads the entry once it is stored, takes the lease over if its holder let
+go (or died: a lease expires ``lease-ttl`` seconds after its last renewal), and computes
+itself after ``result-cache.lease-wait`` seconds (default: the holder's estimate + 30 s).
+
+No deadlock: a run takes all its leases in one atomic request before any of its tasks
+runs, and its own leases never make it wait, so it waits only for runs that leased before
+it, which never wait for it (no cycle). Taking over a lease whose holder let go is
+followed by computing, never by a wait; every wait is bounded. On a ``distributed`` worker
+a waiting task leaves the worker's thread pool (``secede``) so it never starves the tasks
+it waits for.
+
+The computing side (:class:`LeaseKeeper`, one per process) renews the leases of running
+tasks every third of their TTL and releases those whose result was not stored (a store
+releases its lease on the server), in batches from one background thread, so a task
+that finishes quickly costs no request at all.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import dask.config
+
+from .errors import ResultCacheError
+
+if TYPE_CHECKING:
+    from .tasks import StoreRun, StoreSpec
+    from .transport import CacheClient
+
+__all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
+           "take_leases", "wait_for_holder"]
+
+logger = logging.getLogger("client_lib")
+
+#: Bounds the server enforces too (docs/protocol.md).
+MIN_TTL, MAX_TTL = 1.0, 3600.0
+_GRACE_SECONDS = 30.0
+_POLL_MIN, _POLL_MAX = 0.02, 0.2
+
+
+def lease_ttl() -> float:
+    """``result-cache.lease-ttl`` in seconds, checked against the server's bounds."""
+    ttl = float(dask.config.get("result-cache.lease-ttl", 60))
+    if not MIN_TTL <= ttl <= MAX_TTL:
+        raise ValueError(f"result-cache.lease-ttl must be within {MIN_TTL}..{MAX_TTL} s, "
+                         f"not {ttl}")
+    return ttl
+
+
+def lease_wait() -> float | None:
+    """``result-cache.lease-wait`` in seconds, or ``None`` (the holder's estimate + 30 s)."""
+    value = dask.config.get("result-cache.lease-wait", None)
+    if value is None:
+        return None
+    from dask.utils import parse_timedelta
+
+    seconds = float(parse_timedelta(value, "s"))
+    if seconds < 0:
+        raise ValueError(f"result-cache.lease-wait must be >= 0, not {value!r}")
+    return seconds
+
+
+# -- the user's process ------------------------------------------------------------------
+
+
+def take_leases(run: StoreRun, specs: Iterable[StoreSpec]) -> set[str]:
+    """Lease the hashes of the tasks this run may store; mark each spec ``"held"`` (ours)
+    or ``"wait"`` (another run computes it, or stored it since our lookup). Returns the
+    hashes leased. A server that cannot lease changes nothing (every task computes)."""
+    specs = list(specs)
+    wanted = {spec.task_hash for spec in specs}
+    limit = int(dask.config.get("result-cache.lease-limit", 10_000))
+    if not wanted or len(wanted) > limit:
+        if wanted:  # a wide graph of (mostly) small tasks: leasing costs more than it saves
+            logger.info("result cache: %d tasks to compute, more than result-cache."
+                        "lease-limit (%d); computing without deduplication", len(wanted),
+                        limit)
+        return set()
+    try:
+        granted, stored, held = run.cache.acquire_leases(wanted, run.run_id, run.lease_ttl)
+    except ResultCacheError as exc:
+        logger.info("result cache: no leases (%s); computing without deduplication", exc)
+        return set()
+    others = stored | held
+    for spec in specs:
+        if spec.task_hash in granted:
+            spec.lease = "held"
+        elif spec.task_hash in others and not spec.overwrite:  # refresh: never load it
+            spec.lease = "wait"
+    return granted
+
+
+def release_leases(run: StoreRun, hashes: Iterable[str]) -> None:
+    """Give back leases (a failed run's unfinished tasks). Never raises."""
+    hashes = list(hashes)
+    if not hashes:
+        return
+    try:
+        run.cache.release_leases(hashes, run.run_id)
+    except ResultCacheError as exc:
+        logger.info("result cache: could not release %d leases (%s); they expire",
+                    len(hashes), exc)
+
+
+# -- the workers --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How a wait for another run's lease ended: ``loaded`` with ``value``, or not (then
+    ``held`` says whether this task now holds the lease and computes under it)."""
+
+    loaded: bool
+    value: Any = None
+    held: bool = False
+
+
+def wait_for_holder(run: StoreRun, task_hash: str, label: str,
+                    load: Callable[[CacheClient, str, str], Any]) -> Waited:
+    """Wait (bounded) for the run leasing ``task_hash`` to store it; see the module."""
+    cache = run.cache
+    start = time.monotonic()
+    delay = _POLL_MIN
+    seceded = _secede()
+    try:
+        while True:
+            try:
+                status = cache.lease_status(task_hash)
+                if status["stored"]:
+                    return Waited(True, load(cache, task_hash, label))
+                if not status["leased"]:
+                    granted, stored, _ = cache.acquire_leases([task_hash], run.run_id,
+                                                              run.lease_ttl)
+                    if granted:
+                        return Waited(False, held=True)
+                    if stored:
+                        return Waited(True, load(cache, task_hash, label))
+            except ResultCacheError as exc:
+                logger.info("result cache: waiting for %s failed (%s); computing it",
+                            task_hash, exc)
+                return Waited(False)
+            limit = run.lease_wait
+            if limit is None:
+                limit = float(status.get("estimate") or 0.0) + _GRACE_SECONDS
+            if time.monotonic() - start >= limit:
+                return Waited(False)
+            time.sleep(delay)
+            delay = min(delay * 1.5, _POLL_MAX)
+    finally:
+        if seceded:
+            from distributed import rejoin
+
+            rejoin()
+
+
+def _secede() -> bool:
+    """Leave a ``distributed`` worker's thread pool while waiting; False elsewhere."""
+    if "distributed" not in sys.modules:
+        return False
+    from distributed import get_worker, secede
+
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    secede()
+    return True
+
+
+@dataclass
+class _Held:
+    cache: CacheClient
+    holder: str
+    ttl: float
+    label: str
+    renewed: float
+
+
+class LeaseKeeper:
+    """Renews the leases of running tasks and releases those not stored, from one
+    background thread per process. Thread safe; :func:`keeper` returns the instance."""
+
+    _instance: LeaseKeeper | None = None
+    _instance_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._running: dict[tuple[str, str], _Held] = {}  # (holder, hash) -> lease
+        self._released: dict[tuple[CacheClient, str], set[str]] = {}
+        self._seconds: dict[str, float] = {}  # label -> how long it took last time here
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    @classmethod
+    def get(cls) -> LeaseKeeper:
+        keeper = cls._instance
+        if keeper is None or keeper._pid != os.getpid():
+            with cls._instance_lock:
+                keeper = cls._instance
+                if keeper is None or keeper._pid != os.getpid():
+                    keeper = cls._instance = LeaseKeeper()
+                    atexit.register(keeper.flush)
+        return keeper
+
+    def started(self, run: StoreRun, task_hash: str, label: str) -> None:
+        with self._lock:
+            self._running[(run.run_id, task_hash)] = _Held(
+                run.cache, run.run_id, run.lease_ttl, label, time.monotonic())
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, daemon=True,
+                                                name="result-cache-leases")
+                self._thread.start()
+
+    def finished(self, run: StoreRun, task_hash: str, stored: bool, seconds: float) -> None:
+        with self._lock:
+            held = self._running.pop((run.run_id, task_hash), None)
+            if held is not None:
+                self._seconds[held.label] = seconds
+            if not stored:  # sent in a batch by the thread, within a quarter second
+                self._released.setdefault((run.cache, run.run_id), set()).add(task_hash)
+
+    def flush(self) -> None:
+        """Send the pending releases now."""
+        with self._lock:
+            pending, self._released = self._released, {}
+        for (cache, holder), hashes in pending.items():
+            try:
+                cache.release_leases(sorted(hashes), holder)
+            except ResultCacheError as exc:
+                logger.info("result cache: lease release failed (%s); they expire", exc)
+
+    def _due(self) -> dict[tuple[CacheClient, str, float], dict[str, float | None]]:
+        now = time.monotonic()
+        due: dict[tuple[CacheClient, str, float], dict[str, float | None]] = {}
+        for (holder, task_hash), held in self._running.items():
+            if now - held.renewed >= held.ttl / 3:
+                held.renewed = now
+                due.setdefault((held.cache, holder, held.ttl), {})[task_hash] = (
+                    self._seconds.get(held.label))
+        return due
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                self._lock.wait(timeout=0.25)
+                due = self._due()
+            self.flush()
+            for (cache, holder, ttl), estimates in due.items():
+                try:
+                    cache.renew_leases(estimates, holder, ttl)
+                except ResultCacheError as exc:
+                    logger.info("result cache: lease renewal failed (%s)", exc)

@@ -1,0 +1,59 @@
+"""``cached_persist``: ``dask.persist`` whose cached parts come from the cache.
+
+The cross-session form of "persist the shared upstream": one session persists ``step_2``
+while it works on ``step_3a``; another, days later, persists the same ``step_2`` and gets
+it from the cache. On a ``distributed.Client`` the persisted collections hold futures
+(cached parts are loaded on the workers, the others computed and stored there, in the
+background, as ``Client.persist`` does); on the local schedulers they hold the values in
+memory, as ``dask.persist`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dask.base import is_dask_collection
+from dask.core import flatten
+
+from .api import run_cached
+from .transport import CacheClient
+
+__all__ = ["cached_persist"]
+
+
+def cached_persist(
+    *args: Any,
+    cache: str | CacheClient | None = None,
+    policy: Any = None,
+    namespace: str | None = None,
+    scheduler: Any = None,
+    explain: bool = False,
+    optimize_graph: bool = True,
+    refresh: bool | None = None,
+    **compute_kwargs: Any,
+) -> tuple:
+    """Persist dask collections like ``dask.persist``, loading cached parts.
+
+    Returns what ``dask.persist(*args)`` returns (non-collections pass through). The
+    keyword arguments are those of :func:`~client_lib.cached_compute`; on a
+    ``distributed`` client the run does not wait for the results (``Client.persist``).
+    """
+    positions = [i for i, a in enumerate(args) if is_dask_collection(a)]
+    if not positions:
+        return args
+    collections = [args[i] for i in positions]
+    from .api import _distributed_client, _get_scheduler
+
+    distributed = _distributed_client(_get_scheduler(scheduler, collections)) is not None
+    if distributed:
+        compute_kwargs.setdefault("sync", False)
+    results, m = run_cached(collections, cache=cache, policy=policy, namespace=namespace,
+                            scheduler=scheduler, explain=explain,
+                            optimize_graph=optimize_graph, refresh=refresh,
+                            compute_kwargs=compute_kwargs, finalize=False)
+    by_key = dict(zip(m.keys, results, strict=True))
+    out = list(args)
+    for i, collection, keys in zip(positions, collections, m.nested_keys, strict=True):
+        rebuild, extra = collection.__dask_postpersist__()
+        out[i] = rebuild({k: by_key[k] for k in flatten(keys)}, *extra)
+    return tuple(out)
