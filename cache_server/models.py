@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 __all__ = [
     "MAX_COMPUTE_SECONDS",
@@ -12,6 +13,13 @@ __all__ = [
     "Event",
     "EventList",
     "Health",
+    "LeaseGrant",
+    "LeaseRelease",
+    "LeaseRenewal",
+    "LeaseRequest",
+    "LeaseReturn",
+    "LeaseState",
+    "LeaseUpdate",
     "LookupRequest",
     "LookupResponse",
     "Manifest",
@@ -53,6 +61,9 @@ class Manifest(BaseModel):
     signature: str | None = Field(
         default=None, description="the client's signature (X-Result-Signature), stored opaquely"
     )
+    expires: float | None = Field(
+        default=None, description="unix time after which the entry is a miss; null: never"
+    )
 
 
 class EntryList(BaseModel):
@@ -80,10 +91,13 @@ class Stats(BaseModel):
     untrusted: int = Field(
         default=0, description="loads clients refused for a missing or wrong signature"
     )
+    expired: int = Field(default=0, description="entries removed because they expired")
+    overwrites: int = Field(default=0, description="entries replaced by a refresh")
 
 
 class Event(BaseModel):
-    kind: Literal["store", "hit", "delete", "corrupt", "evict", "untrusted", "lookup"]
+    kind: Literal["store", "hit", "delete", "corrupt", "evict", "untrusted", "expire",
+                  "lookup"]
     time: float
     hash: str | None = None
     label: str | None = None
@@ -97,3 +111,57 @@ class EventList(BaseModel):
 
 class Health(BaseModel):
     status: Literal["ok"]
+
+
+# -- leases (docs/protocol.md, "Leases") ----------------------------------------------------
+
+MIN_LEASE_SECONDS, MAX_LEASE_SECONDS = 1.0, 3600.0
+Holder = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+                              description="who computes: a run id, 1-64 of [A-Za-z0-9_.-]")]
+LeaseSeconds = Annotated[float, Field(ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS,
+                                      description="seconds the lease lives without renewal")]
+
+
+def _finite_estimate(value: float) -> float:
+    if not math.isfinite(value) or not 0 <= value <= 1e7:
+        raise ValueError("an estimate must be a finite number of seconds in [0, 1e7]")
+    return value
+
+
+class LeaseRequest(BaseModel):
+    holder: Holder
+    ttl: LeaseSeconds = 60.0
+    hashes: list[str]
+
+
+class LeaseUpdate(LeaseRequest):
+    estimates: dict[str, Annotated[float, AfterValidator(_finite_estimate)]] = Field(
+        default_factory=dict, description="hash -> the holder's estimate of its compute time")
+
+
+class LeaseRelease(BaseModel):
+    holder: Holder
+    hashes: list[str]
+
+
+class LeaseGrant(BaseModel):
+    granted: list[str] = Field(description="now leased to the holder")
+    stored: list[str] = Field(description="stored already: load them")
+    held: list[str] = Field(description="leased by another holder: wait for them")
+
+
+class LeaseRenewal(BaseModel):
+    renewed: list[str]
+    lost: list[str] = Field(description="stored meanwhile, or another holder's now")
+
+
+class LeaseReturn(BaseModel):
+    released: int
+
+
+class LeaseState(BaseModel):
+    hash: str
+    leased: bool
+    stored: bool
+    ttl: float | None = Field(description="seconds left, null when not leased")
+    estimate: float | None = Field(description="the holder's estimate of the compute time")

@@ -58,6 +58,7 @@ async def open_cache(
             metrics or Metrics(),
             settings.max_body_bytes,
             settings.max_bytes,
+            settings.max_lease_hashes,
         )
     finally:
         if client is not None:

@@ -60,6 +60,9 @@ class Settings(BaseSettings):
         default=16 * 2**30, gt=0, description="largest object body accepted"
     )
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
+    max_lease_hashes: int = Field(
+        default=100_000, gt=0, description="most hashes in one lease request"
+    )
     events_maxlen: int = Field(
         default=10_000, gt=0, description="events kept (approximately) for /v1/events"
     )

@@ -18,6 +18,7 @@ from cache_server.service.errors import (
     BodyTooLarge,
     EntryNotFound,
     IndexUnavailable,
+    InvalidLease,
     InvalidUpload,
     NoRoom,
 )
@@ -65,6 +66,7 @@ STATUS: dict[type[Exception], int] = {
     Unauthorized: 401,
     Forbidden: 403,
     InvalidUpload: 422,
+    InvalidLease: 422,
     EntryNotFound: 404,
     BodyTooLarge: 413,
     NoRoom: 507,

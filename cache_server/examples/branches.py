@@ -7,6 +7,11 @@ loads step_2's result from the cache, skips step_1 entirely and runs only step_3
 (about 1 s). The functions are plain, non-pure ``@dask.delayed``, so Dask's own keys are
 random in every process; the cache matches them by content.
 
+``--persist`` is the same scenario in the "persist the shared upstream" style: each
+session persists ``step_2`` with ``cached_persist`` (session a computes and stores it,
+session b loads it from the cache) and then computes its own branch from the persisted
+value.
+
 It starts nothing itself: the cache URL comes from Dask's config
 (``DASK_RESULT_CACHE__URL=http://127.0.0.1:8780``) or ``--cache``. In a source checkout
 ``examples/branches.py`` is this file; from an installed package it is
@@ -15,6 +20,7 @@ It starts nothing itself: the cache URL comes from Dask's config
     python examples/branches.py a
     python examples/branches.py b --scheduler local-cluster
     python examples/branches.py b --scheduler tcp://127.0.0.1:8786
+    python examples/branches.py a --persist; python examples/branches.py b --persist
 
 The last line printed is JSON (branch, seconds, result, hits, loaded, computed) for
 scripts and tests.
@@ -31,7 +37,7 @@ import time
 import dask
 import numpy as np
 
-from client_lib import cached_compute, last_report
+from client_lib import cached_compute, cached_persist, last_report
 
 __all__ = ["build", "main"]
 
@@ -62,9 +68,30 @@ def step_3b(x):
     return float(x.mean())
 
 
-def build(branch: str):
-    shared = step_2(step_1())
+def build(branch: str, shared=None):
+    if shared is None:
+        shared = step_2(step_1())
     return step_3a(shared) if branch == "a" else step_3b(shared)
+
+
+def run(branch: str, cache: str | None, scheduler: object, explain: bool,
+        persist: bool) -> tuple[float, object]:
+    """The branch's result and the cache report of its last step."""
+    if not persist:
+        (result,) = cached_compute(build(branch), cache=cache, scheduler=scheduler,
+                                   explain=explain)
+        return result, last_report()
+    (shared,) = cached_persist(step_2(step_1()), cache=cache, scheduler=scheduler,
+                               explain=explain)
+    upstream = last_report()
+    (result,) = cached_compute(build(branch, shared), cache=cache, scheduler=scheduler,
+                               explain=explain)
+    report = last_report()
+    if upstream is not None and report is not None:  # one report for the session
+        report.hits += upstream.hits
+        report.loaded += upstream.loaded
+        report.computed += upstream.computed
+    return result, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="threads | processes | sync | local-cluster | tcp://host:port")
     parser.add_argument("--cache", default=None, help="cache URL (default: dask config)")
     parser.add_argument("--explain", action="store_true")
+    parser.add_argument("--persist", action="store_true",
+                        help="persist step_2 (cached_persist), then compute the branch")
     args = parser.parse_args(argv)
 
     client = None
@@ -88,17 +117,15 @@ def main(argv: list[str] | None = None) -> int:
             client = Client(args.scheduler)
         scheduler = client
 
-    graph = build(args.branch)
     start = time.perf_counter()
-    (result,) = cached_compute(graph, cache=args.cache, scheduler=scheduler,
-                               explain=args.explain)
+    result, report = run(args.branch, args.cache, scheduler, args.explain, args.persist)
     seconds = time.perf_counter() - start
-    report = last_report()
     if client is not None:
         client.close()
     print(f"branch {args.branch}: {seconds:.2f} s, result {result:.6g}", file=sys.stderr)
     print(json.dumps({
-        "branch": args.branch, "scheduler": args.scheduler, "seconds": round(seconds, 4),
+        "branch": args.branch, "scheduler": args.scheduler, "persist": args.persist,
+        "seconds": round(seconds, 4),
         "result": result, "hits": report.hits if report else None,
         "loaded": report.loaded if report else None,
         "computed": report.computed if report else None,

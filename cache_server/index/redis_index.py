@@ -1,5 +1,8 @@
 """The Redis index: task hash -> manifest, plus counters, access order and recent events.
 
+Over 400 lines on purpose: every key of the index and every transaction over them stays in
+this one class, so no write can forget a key another one maintains.
+
 Keys (all under ``prefix``, default ``rc:``)::
 
     m:<hash>        STRING  manifest JSON (immutable fields; MGET-able)
@@ -11,8 +14,11 @@ Keys (all under ``prefix``, default ``rc:``)::
     pinned          SET     hashes that are never evicted
     hits            HASH    hash -> hit count
     refs:<digest>   SET     hashes whose result is the object <digest>
+    expires         ZSET    hash -> expiry time, for entries stored with a lifetime
+    lease:<hash>    STRING  the run computing <hash> now (:mod:`.leases`)
     stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
-                            corrupt, evictions, stored_bytes, untrusted
+                            corrupt, evictions, stored_bytes, untrusted, expired,
+                            overwrites
     events          STREAM  recent events, capped at about ``events_maxlen``
 
 ``bytes`` sums ``nbytes`` over entries; ``stored_bytes`` sums it over distinct objects (a
@@ -42,10 +48,11 @@ __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
 _COUNTERS = (
     "hits", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
-    "stored_bytes", "untrusted",
+    "stored_bytes", "untrusted", "expired", "overwrites",
 )  # fmt: skip
 #: Why an entry is removed (its event kind) -> the counter it adds to.
-REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions"}
+REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions",
+                   "expire": "expired"}
 
 
 class RedisIndex:
@@ -71,6 +78,7 @@ class RedisIndex:
         self._hits = f"{prefix}hits"
         self._stats = f"{prefix}stats"
         self._events = f"{prefix}events"
+        self._expires = f"{prefix}expires"
 
     def _manifest_key(self, task_hash: str) -> str:
         return f"{self.prefix}m:{task_hash}"
@@ -101,6 +109,9 @@ class RedisIndex:
             return []
         flags = await self.redis.smismember(self._members, unique)
         found = [h for h, present in zip(unique, flags, strict=True) if present]
+        expired = await self.expired_among(found)
+        if expired:
+            found = [h for h in found if h not in expired]
         missing = len(unique) - len(found)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hincrby(self._stats, "lookups", len(unique))
@@ -115,12 +126,14 @@ class RedisIndex:
         (already validated), with one SMISMEMBER built straight from the buffer.
 
         Counts every hash in ``lookups`` and the absent ones in ``misses``: senders send
-        each hash once.
+        each hash once. Expired entries answer 0.
         """
         if not packed:
             return b""
         command = pack_fixed_width("SMISMEMBER", self._members, packed, 32)
         answer = bytes(await self.redis.execute_command("SMISMEMBER", command))
+        if answer.count(1) and await self.redis.zcard(self._expires):
+            answer = await self._hide_expired(packed, answer)
         asked = len(answer)
         found = answer.count(1)
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -130,6 +143,36 @@ class RedisIndex:
             self._add_event(pipe, "lookup", found=found, missing=asked - found)
             await pipe.execute()
         return answer
+
+    async def _hide_expired(self, packed: bytes, answer: bytes) -> bytes:
+        found = [packed[32 * i:32 * i + 32].decode("ascii")
+                 for i, flag in enumerate(answer) if flag]
+        expired = await self.expired_among(found)
+        if not expired:
+            return answer
+        return bytes(0 if flag and packed[32 * i:32 * i + 32].decode("ascii") in expired
+                     else flag for i, flag in enumerate(answer))
+
+    async def expired_among(self, hashes: Sequence[str], now: float | None = None) -> set[str]:
+        """The hashes among ``hashes`` whose entries have expired (still indexed until they
+        are removed: lazily by the service, or by ``gc``)."""
+        if not hashes or not await self.redis.zcard(self._expires):
+            return set()
+        now = time.time() if now is None else now
+        scores = await self.redis.zmscore(self._expires, list(hashes))
+        return {h for h, s in zip(hashes, scores, strict=True) if s is not None and s <= now}
+
+    async def all_expired(self, now: float | None = None, limit: int = 1000) -> list[str]:
+        """Up to ``limit`` expired hashes, soonest expired first."""
+        now = time.time() if now is None else now
+        return [str(h) for h in await self.redis.zrangebyscore(
+            self._expires, "-inf", now, start=0, num=limit)]
+
+    async def contains(self, task_hash: str) -> bool:
+        """Indexed and not expired; counts nothing (lease waiters poll this)."""
+        if not await self.redis.sismember(self._members, task_hash):
+            return False
+        return not await self.expired_among([task_hash])
 
     async def manifest(self, task_hash: str) -> Manifest | None:
         manifests = await self.manifests([task_hash])
@@ -203,6 +246,8 @@ class RedisIndex:
             else:
                 pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
             pipe.hdel(self._hits, manifest.hash)
+            if manifest.expires is not None:
+                pipe.zadd(self._expires, {manifest.hash: manifest.expires})
             pipe.sadd(refs, manifest.hash)
             pipe.hincrby(self._stats, "bytes", manifest.nbytes)
             if first_reference:
@@ -245,6 +290,7 @@ class RedisIndex:
             pipe.zrem(self._evict, task_hash)
             pipe.srem(self._pinned, task_hash)
             pipe.hdel(self._hits, task_hash)
+            pipe.zrem(self._expires, task_hash)
             pipe.srem(refs, task_hash)
             pipe.hincrby(self._stats, "bytes", -manifest.nbytes)
             if not others:
@@ -254,6 +300,58 @@ class RedisIndex:
             pipe.scard(refs)
             results = await pipe.execute()
             return manifest, int(results[-1])
+
+        return await watched(self.redis, attempt)
+
+    async def replace(self, manifest: Manifest) -> tuple[Manifest, int] | None:
+        """Overwrite an indexed entry with ``manifest`` (a refreshed result), atomically.
+
+        Returns the replaced manifest and how many entries still reference its digest
+        (0: the caller deletes that object), or None if the hash was not indexed (then
+        nothing changed: :meth:`add` it). Hits and the pin are kept; the label, cost,
+        expiry and object are the new ones. Call only once the new object is durable.
+        """
+        key = self._manifest_key(manifest.hash)
+        new_refs = self._refs_key(manifest.digest)
+        stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
+
+        async def attempt(pipe: Any) -> tuple[Manifest, int] | None:
+            old = await self._watched_manifest(pipe, key)
+            if old is None:
+                return None
+            old_refs = self._refs_key(old.digest)
+            await pipe.watch(old_refs, new_refs, self._pinned)
+            same = old.digest == manifest.digest
+            others = set(await pipe.smembers(old_refs)) - {manifest.hash}
+            first_reference = not same and not await pipe.exists(new_refs)
+            pinned = bool(await pipe.sismember(self._pinned, manifest.hash))
+            now = time.time()
+            pipe.multi()
+            pipe.set(key, stored)
+            if old.label != manifest.label:
+                pipe.zrem(self._label_key(old.label), manifest.hash)
+                pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
+            pipe.zadd(self._access, {manifest.hash: now})
+            if not pinned:
+                pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)})
+            if manifest.expires is not None:
+                pipe.zadd(self._expires, {manifest.hash: manifest.expires})
+            else:
+                pipe.zrem(self._expires, manifest.hash)
+            if not same:
+                pipe.srem(old_refs, manifest.hash)
+                pipe.sadd(new_refs, manifest.hash)
+                if not others:
+                    pipe.hincrby(self._stats, "stored_bytes", -old.nbytes)
+                if first_reference:
+                    pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
+            pipe.hincrby(self._stats, "bytes", manifest.nbytes - old.nbytes)
+            pipe.hincrby(self._stats, "stores", 1)
+            pipe.hincrby(self._stats, "overwrites", 1)
+            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
+                            now=now)
+            await pipe.execute()
+            return old, len(others) + (1 if same else 0)
 
         return await watched(self.redis, attempt)
 

@@ -34,6 +34,7 @@ from collections.abc import AsyncIterable
 from anyio import to_thread
 from redis.exceptions import RedisError
 
+from cache_server.index.leases import LeaseStore
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Event, Manifest, Stats
@@ -45,6 +46,7 @@ from cache_server.service.errors import (
     NoRoom,
     storage_full,
 )
+from cache_server.service.leases import Leases
 from cache_server.service.locks import DigestLocks
 from cache_server.service.upload import Upload, manifest_for
 from storage import (
@@ -74,12 +76,14 @@ class ResultCache:
         metrics: Metrics,
         max_body_bytes: int,
         max_bytes: int | None = None,
+        max_lease_hashes: int = 100_000,
     ) -> None:
         self.index = index
         self.storage = storage
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
         self.max_bytes = max_bytes
+        self.leases = Leases(LeaseStore(index.redis, index.prefix), index, max_lease_hashes)
         self._digest_locks = DigestLocks()
 
     async def lookup(self, hashes: list[str]) -> list[str]:
@@ -99,11 +103,24 @@ class ResultCache:
         return answer
 
     async def manifest(self, task_hash: str) -> Manifest:
-        """The entry's manifest; :class:`EntryNotFound` if the hash is not indexed."""
+        """The entry's manifest; :class:`EntryNotFound` if the hash is not indexed, or if
+        its entry expired (it is removed now)."""
         manifest = await self.index.manifest(task_hash)
         if manifest is None:
             raise EntryNotFound(task_hash)
+        if manifest.expires is not None and manifest.expires <= time.time():
+            await self._remove(manifest, "expire")
+            raise EntryNotFound(task_hash)
         return manifest
+
+    async def remove_expired(self, limit: int = 1000) -> int:
+        """Remove up to ``limit`` expired entries (lookups only hide them); how many."""
+        removed = 0
+        for task_hash in await self.index.all_expired(limit=limit):
+            manifest = await self.index.manifest(task_hash)
+            if manifest is not None and await self._remove(manifest, "expire"):
+                removed += 1
+        return removed
 
     async def entries(
         self, *, label: str | None, limit: int, cursor: str | None
@@ -143,13 +160,20 @@ class ResultCache:
 
         Nothing is published unless the whole body arrived and matches digest, dtype and
         shape; the error propagates (:class:`BodyTooLarge`, :class:`NoRoom`, or the
-        storage's) and the index is untouched.
+        storage's) and the index is untouched. An ``overwrite`` upload replaces an indexed
+        entry once its object is durable, and removes the old object if nothing else
+        references it. Storing a hash ends its lease (waiters load it now).
         """
         self._check_length(upload)
         body = self._body(chunks)
         existing = await self.index.manifest(upload.task_hash)
-        if existing is not None:
+        if existing is not None and existing.expires is not None and (
+                existing.expires <= time.time()):
+            await self._remove(existing, "expire")
+            existing = None
+        if existing is not None and not upload.overwrite:
             await body.drain()
+            await self.leases.drop(upload.task_hash)
             return existing, False
         size = upload.expected_nbytes
         if size is not None and not await to_thread.run_sync(self.storage.exists, upload.digest):
@@ -180,7 +204,16 @@ class ResultCache:
                 raise self._too_large(sidecar.nbytes)
             manifest = manifest_for(sidecar, reference)
             manifest.type = upload.type_name or sidecar.type
-            indexed, created = await self.index.add(manifest)
+            if upload.ttl is not None:
+                manifest.expires = now + upload.ttl
+            replaced = await self.index.replace(manifest) if upload.overwrite else None
+            if replaced is None:
+                indexed, created = await self.index.add(manifest)
+            else:
+                indexed, created = manifest, True
+        if replaced is not None and replaced[0].digest != manifest.digest:
+            await self._forget_replaced(*replaced)
+        await self.leases.drop(upload.task_hash)
         self.metrics.bytes_received.inc(body.nbytes)
         if created:
             self.metrics.stores.inc()
@@ -193,6 +226,12 @@ class ResultCache:
         manifest = await self.manifest(task_hash)
         await self.index.record_untrusted(manifest)
         self.metrics.untrusted.inc()
+
+    async def _forget_replaced(self, old: Manifest, remaining: int) -> None:
+        """After an overwrite with another object: the old object goes if nothing
+        references it any more, else it just stops listing this entry in its sidecar."""
+        async with self._digest_locks.hold(old.digest):
+            await to_thread.run_sync(self._forget_object, old.digest, old.hash, remaining)
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest:
         """Pin (never evicted) or unpin an entry; idempotent. The pin is recorded in the

@@ -13,6 +13,7 @@ __all__ = [
     "BodyTooLarge",
     "EntryNotFound",
     "IndexUnavailable",
+    "InvalidLease",
     "InvalidUpload",
     "NoRoom",
     "ServiceError",
@@ -26,6 +27,10 @@ class ServiceError(Exception):
 
 class InvalidUpload(ServiceError):
     """An upload's metadata is malformed (digest, compute seconds, label, type name)."""
+
+
+class InvalidLease(ServiceError):
+    """A lease request the service refuses (too many hashes, estimates for others)."""
 
 
 class EntryNotFound(ServiceError):

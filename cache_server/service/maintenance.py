@@ -34,6 +34,7 @@ class GcReport:
     corrupt_objects_removed: int = 0
     orphan_objects_removed: int = 0
     sidecars_repaired: int = 0
+    expired_removed: int = 0
     evicted: int = 0
     entries: int = 0
     stored_bytes: int = 0
@@ -63,6 +64,8 @@ async def collect_garbage(cache: ResultCache, *, verify: bool = False) -> GcRepo
     """
     index, storage = cache.index, cache.storage
     report = GcReport(temporary_removed=await to_thread.run_sync(storage.sweep_temporary))
+    while removed := await cache.remove_expired():
+        report.expired_removed += removed
     referenced: dict[str, list[Manifest]] = {}
     async for hashes in index.all_hashes():
         for manifest in await index.manifests(hashes):

@@ -14,13 +14,16 @@ from cache_server.models import MAX_COMPUTE_SECONDS, Manifest
 from cache_server.service.errors import InvalidUpload
 from storage import ObjectHeader, Sidecar, TaskReference, is_digest
 
-__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TYPE_CHARS", "Upload", "manifest_for"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TTL_SECONDS", "MAX_TYPE_CHARS",
+           "Upload", "manifest_for"]
 
 MAX_LABEL_CHARS = 1024
 MAX_TYPE_CHARS = 512
 MAX_SIGNATURE_CHARS = 256
 #: A client's signature is opaque to the server: visible ASCII, no spaces or commas.
 _SIGNATURE = re.compile(rf"[!-+\--~]{{1,{MAX_SIGNATURE_CHARS}}}")
+#: The longest entry lifetime accepted (ten years).
+MAX_TTL_SECONDS = 10 * 365 * 86_400.0
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,13 @@ class Upload:
     type_name: str | None
     content_length: int | None
     signature: str | None = None
+    ttl: float | None = None  # seconds the entry lives (X-Result-TTL); None: no expiry
+    overwrite: bool = False  # replace an indexed entry (a refresh)
 
     def __post_init__(self) -> None:
+        if self.ttl is not None and not (math.isfinite(self.ttl)
+                                         and 0 < self.ttl <= MAX_TTL_SECONDS):
+            raise InvalidUpload(f"X-Result-TTL must be seconds in (0, {MAX_TTL_SECONDS:.0f}]")
         if not is_digest(self.digest):
             raise InvalidUpload("X-Result-Digest must be 32 lowercase hex characters")
         seconds = self.compute_seconds

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 from urllib.parse import quote, unquote
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from cache_server.api.auth import WriteAccess
@@ -65,8 +65,11 @@ async def put_object(
     shape: Annotated[str | None, Header(alias="X-Result-Shape")] = None,
     type_name: Annotated[str | None, Header(alias="X-Result-Type")] = None,
     signature: Annotated[str | None, Header(alias="X-Result-Signature")] = None,
+    ttl: Annotated[float | None, Header(alias="X-Result-TTL")] = None,
+    overwrite: Annotated[bool, Query(description="replace an indexed entry")] = False,
 ) -> Response:
-    """Store a result. Durable before indexed; idempotent; nothing kept on any error."""
+    """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
+    existing entry instead); nothing kept on any error."""
     upload = Upload(
         task_hash=task_hash,
         header=ObjectHeader.from_wire(kind, dtype, shape),
@@ -76,6 +79,8 @@ async def put_object(
         type_name=type_name or None,
         content_length=_parse_content_length(request.headers.get("content-length")),
         signature=signature,
+        ttl=ttl,
+        overwrite=overwrite,
     )
     manifest, created = await cache.store(upload, request.stream())
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
@@ -103,6 +108,8 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
         headers["X-Result-Type"] = manifest.type
     if manifest.signature:
         headers["X-Result-Signature"] = manifest.signature
+    if manifest.expires is not None:
+        headers["X-Result-Expires"] = repr(manifest.expires)
     return headers
 
 

@@ -1,0 +1,64 @@
+"""Leases as the service offers them (docs/protocol.md, "Leases"): bounded batches over
+:class:`~cache_server.index.leases.LeaseStore`, and the status waiters poll."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cache_server.index.leases import LeaseStore
+from cache_server.index.redis_index import RedisIndex
+from cache_server.service.errors import InvalidLease
+
+__all__ = ["LeaseState", "Leases"]
+
+
+@dataclass(frozen=True)
+class LeaseState:
+    """What a waiter needs: is the hash leased (for how long, how long its task takes
+    by its holder's estimate), and is it stored."""
+
+    leased: bool
+    stored: bool
+    ttl: float | None
+    estimate: float | None
+
+
+class Leases:
+    """Take, renew, release and read leases; at most ``max_hashes`` per request (larger
+    batches raise :class:`InvalidLease`). Holders and TTLs are validated by the caller."""
+
+    def __init__(self, store: LeaseStore, index: RedisIndex, max_hashes: int) -> None:
+        self.store = store
+        self.index = index
+        self.max_hashes = max_hashes
+
+    def _bounded(self, hashes: list[str]) -> list[str]:
+        if len(hashes) > self.max_hashes:
+            raise InvalidLease(f"{len(hashes)} hashes in one lease request; the limit is "
+                               f"{self.max_hashes}")
+        return list(dict.fromkeys(hashes))
+
+    async def acquire(self, hashes: list[str], holder: str,
+                      ttl: float) -> tuple[list[str], list[str], list[str]]:
+        """(granted, stored, leased by another holder)."""
+        return await self.store.acquire(self._bounded(hashes), holder, ttl)
+
+    async def renew(self, hashes: list[str], holder: str, ttl: float,
+                    estimates: dict[str, float]) -> tuple[list[str], list[str]]:
+        """(renewed, lost)."""
+        unknown = set(estimates) - set(hashes)
+        if unknown:
+            raise InvalidLease(f"estimates for hashes not renewed: {sorted(unknown)[:3]}")
+        return await self.store.renew(self._bounded(hashes), holder, ttl, estimates)
+
+    async def release(self, hashes: list[str], holder: str) -> int:
+        return await self.store.release(self._bounded(hashes), holder)
+
+    async def state(self, task_hash: str) -> LeaseState:
+        lease = await self.store.status(task_hash)
+        stored = await self.index.contains(task_hash)
+        return LeaseState(lease.leased, stored, lease.ttl, lease.estimate)
+
+    async def drop(self, task_hash: str) -> None:
+        """The hash is stored now: its lease ends, whoever held it."""
+        await self.store.drop(task_hash)
