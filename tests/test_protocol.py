@@ -61,3 +61,34 @@ def test_subclasses_and_object_arrays_are_pickled():
 def test_equal_bytes_with_another_shape_are_another_object():
     a = np.arange(6.0)
     assert codec.encode(a).digest != codec.encode(a.reshape(2, 3)).digest
+
+
+def test_both_sides_bound_leases_and_lifetimes_alike():
+    from cache_server import models
+    from cache_server.service import upload
+    from cache_server.settings import Settings
+    from client_lib import expiry, leases, transport
+
+    assert (leases.MIN_TTL, leases.MAX_TTL) == (models.MIN_LEASE_SECONDS,
+                                                models.MAX_LEASE_SECONDS)
+    assert transport._LEASE_BATCH <= Settings().max_lease_hashes
+    assert expiry.MAX_TTL_SECONDS == upload.MAX_TTL_SECONDS
+
+
+def test_the_client_speaks_the_lease_routes(cache_server):
+    import uuid
+
+    from client_lib import CacheClient
+
+    client = CacheClient(cache_server.url)
+    mine, theirs = uuid.uuid4().hex, uuid.uuid4().hex
+    hashes = [uuid.uuid4().hex for _ in range(3)]
+    assert client.acquire_leases(hashes, mine, 30) == (set(hashes), set(), set())
+    assert client.acquire_leases(hashes[:1], theirs, 30) == (set(), set(), {hashes[0]})
+    assert client.renew_leases({hashes[0]: 4.0, hashes[1]: None}, mine, 30) == set(
+        hashes[:2])
+    status = client.lease_status(hashes[0])
+    assert status["leased"] and status["estimate"] == 4.0 and not status["stored"]
+    assert client.release_leases(hashes, theirs) == 0
+    assert client.release_leases(hashes, mine) == 3
+    assert not client.lease_status(hashes[0])["leased"]

@@ -125,6 +125,30 @@ def test_branch_example_reuses_the_shared_prefix(fresh_server, scheduler):
     assert after["hits"] == 1 and after["stores"] >= 4
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("scheduler", ["threads", "local-cluster"])
+def test_branch_example_persist_variant(fresh_server, scheduler):
+    """Session a persists step_2 and runs 3a; session b persists step_2 from the cache."""
+    server = fresh_server()
+    env = {**os.environ, "DASK_RESULT_CACHE__URL": server.url, "BRANCHES_SLEEP": "0.2"}
+
+    def branch(name: str) -> dict:
+        out = subprocess.run([sys.executable, "examples/branches.py", name, "--persist",
+                              "--scheduler", scheduler], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    a = branch("a")
+    assert (a["loaded"], a["computed"]) == (0, 3)
+    b = branch("b")
+    # persist: step_2 loaded (step_1 culled); then step_3b computed from the held value
+    assert (b["loaded"], b["computed"]) == (1, 1)
+    x = np.sqrt(np.arange(100_000, dtype="float64")) * 2.0
+    assert a["result"] == pytest.approx(float(x.sum()))
+    assert b["result"] == pytest.approx(float(x.mean()))
+    assert stats(server)["hits"] == 1
+
+
 # -- drop-in behaviour -----------------------------------------------------------------
 
 

@@ -42,6 +42,10 @@ ROUTES = {
     ("POST", "/v1/entries/{task_hash}/unpin"): "write",
     ("POST", "/v1/entries/{task_hash}/untrusted"): "read",
     ("GET", "/v1/stats"): "read",
+    ("POST", "/v1/leases"): "write",
+    ("POST", "/v1/leases/renew"): "write",
+    ("POST", "/v1/leases/release"): "write",
+    ("GET", "/v1/leases/{task_hash}"): "read",
     ("GET", "/v1/events"): "read",
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
@@ -79,6 +83,9 @@ def call(server: RunningServer, method: str, path: str, token: str | None) -> ht
     body = None
     if path == "/v1/lookup":
         body = b'{"hashes": []}'
+        headers["Content-Type"] = "application/json"
+    elif path.startswith("/v1/leases") and method == "POST":
+        body = b'{"holder": "auth-test", "hashes": []}'
         headers["Content-Type"] = "application/json"
     url = server.url + path.replace("{task_hash}", new_hash())
     return httpx.request(method, url, headers=headers, content=body, timeout=30)

@@ -33,8 +33,10 @@ def test_manifest(client: httpx.Client) -> None:
     assert set(manifest) == {
         "hash", "digest", "kind", "storage", "nbytes", "dtype", "shape", "type",
         "compute_seconds", "label", "created", "last_access", "hits", "pinned", "signature",
+        "expires",
     }  # fmt: skip
     assert manifest["pinned"] is False and manifest["signature"] is None  # stored unsigned
+    assert manifest["expires"] is None
     assert client.get(f"/v1/entries/{new_hash()}").status_code == 404
 
 

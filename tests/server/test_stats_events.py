@@ -18,6 +18,7 @@ def test_stats_and_events_reflect_what_happened(fresh_server: FreshServer) -> No
             "hits": 0, "misses": 0, "lookups": 0, "stores": 0, "entries": 0, "bytes": 0,
             "hit_rate": 0.0, "saved_seconds": 0.0, "deletes": 0, "corrupt": 0,
             "evictions": 0, "stored_bytes": 0, "max_bytes": None, "pinned": 0, "untrusted": 0,
+            "expired": 0, "overwrites": 0,
         }  # fmt: skip
         a, b, c = new_hash(), new_hash(), new_hash()
         array = encode_array(np.arange(10.0))

@@ -1,0 +1,153 @@
+"""``/v1/leases``, overwrite and expiry over HTTP, against the session's real server."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tests.server.wire import encode_pickle, new_hash, put
+
+
+def lease(client: httpx.Client, holder: str, *hashes: str, ttl: float = 60.0,
+          route: str = "/v1/leases") -> httpx.Response:
+    return client.post(route, json={"holder": holder, "ttl": ttl, "hashes": list(hashes)})
+
+
+def test_a_lease_goes_to_one_holder_until_released(client):
+    a, b, h = "run-" + uuid.uuid4().hex, "run-" + uuid.uuid4().hex, new_hash()
+    assert lease(client, a, h).json() == {"granted": [h], "stored": [], "held": []}
+    assert lease(client, a, h).json()["granted"] == [h]  # its own: renewed, idempotent
+    assert lease(client, b, h).json() == {"granted": [], "stored": [], "held": [h]}
+    state = client.get(f"/v1/leases/{h}").json()
+    assert state["leased"] and not state["stored"] and 0 < state["ttl"] <= 60
+    assert client.post("/v1/leases/release",
+                       json={"holder": b, "hashes": [h]}).json() == {"released": 0}
+    assert client.post("/v1/leases/release",
+                       json={"holder": a, "hashes": [h]}).json() == {"released": 1}
+    assert lease(client, b, h).json()["granted"] == [h]
+
+
+def test_overlapping_sets_in_any_order_split_without_blocking(client):
+    a, b = "run-" + uuid.uuid4().hex, "run-" + uuid.uuid4().hex
+    hashes = [new_hash() for _ in range(6)]
+    first = lease(client, a, *hashes[:4]).json()
+    second = lease(client, b, *reversed(hashes[2:])).json()
+    assert first["granted"] == hashes[:4]
+    assert sorted(second["held"]) == sorted(hashes[2:4])
+    assert sorted(second["granted"]) == sorted(hashes[4:])
+
+
+def test_a_store_ends_the_lease_and_waiters_see_it_stored(client):
+    holder, h = "run-" + uuid.uuid4().hex, new_hash()
+    lease(client, holder, h)
+    assert put(client, h, encode_pickle(1)).status_code == 201
+    state = client.get(f"/v1/leases/{h}").json()
+    assert state["stored"] and not state["leased"]
+    assert lease(client, "run-other", h).json()["stored"] == [h]
+
+
+@pytest.mark.slow
+def test_an_unrenewed_lease_expires_and_renewal_keeps_it(client):
+    holder, h, k = "run-" + uuid.uuid4().hex, new_hash(), new_hash()
+    lease(client, holder, h, k, ttl=1)
+    time.sleep(0.6)
+    renewed = lease(client, holder, k, ttl=1, route="/v1/leases/renew").json()
+    assert renewed == {"renewed": [k], "lost": []}
+    time.sleep(0.6)
+    assert not client.get(f"/v1/leases/{h}").json()["leased"]  # expired
+    assert client.get(f"/v1/leases/{k}").json()["leased"]  # renewed in time
+    estimate = client.post("/v1/leases/renew", json={
+        "holder": holder, "ttl": 5, "hashes": [k], "estimates": {k: 12.5}})
+    assert estimate.json()["renewed"] == [k]
+    assert client.get(f"/v1/leases/{k}").json()["estimate"] == 12.5
+
+
+def test_leases_are_bounded(client):
+    h = new_hash()
+    for body in ({"holder": "x", "ttl": 0.5, "hashes": [h]},
+                 {"holder": "x", "ttl": 7200, "hashes": [h]},
+                 {"holder": "has space", "hashes": [h]},
+                 {"holder": "x" * 65, "hashes": [h]},
+                 {"holder": "x", "hashes": ["nothex"]}):
+        assert client.post("/v1/leases", json=body).status_code == 422, body
+    bad_estimate = {"holder": "x", "hashes": [h], "estimates": {h: float("1e308")}}
+    assert client.post("/v1/leases/renew", json=bad_estimate).status_code == 422
+
+
+def test_overwrite_replaces_the_entry_and_drops_the_old_object(client, stats):
+    h = new_hash()
+    assert put(client, h, encode_pickle("old")).status_code == 201
+    before = stats()
+    assert put(client, h, encode_pickle("new!")).status_code == 200  # plain PUT: a no-op
+    new = encode_pickle("new!")
+    response = client.put(f"/v1/objects/{h}", params={"overwrite": "true"},
+                          content=new.body, headers=new.headers())
+    assert response.status_code == 201 and response.json()["digest"] == new.digest
+    body = client.get(f"/v1/objects/{h}")
+    assert body.headers["x-result-digest"] == new.digest
+    after = stats()
+    assert after["overwrites"] == before["overwrites"] + 1
+    assert after["entries"] == before["entries"]
+    assert after["stored_bytes"] - before["stored_bytes"] == len(new.body) - len(
+        encode_pickle("old").body)  # the old object is gone
+
+
+@pytest.mark.slow
+def test_an_expired_entry_is_a_miss_and_is_removed(client, stats):
+    h = new_hash()
+    assert put(client, h, encode_pickle(5), overrides={"ttl": "1"}).status_code == 201
+    assert client.post("/v1/lookup", json={"hashes": [h]}).json()["found"] == [h]
+    assert client.get(f"/v1/entries/{h}").json()["expires"] > time.time()
+    time.sleep(1.2)
+    assert client.post("/v1/lookup", json={"hashes": [h]}).json()["found"] == []
+    flags = client.post("/v1/lookup/packed", content=h.encode(),
+                        headers={"Content-Type": "application/octet-stream"}).content
+    assert flags == b"\x00"
+    before = stats()["expired"]
+    assert client.get(f"/v1/objects/{h}").status_code == 404
+    assert stats()["expired"] == before + 1
+    for bad in ("0", "-1", "nan", "1e12"):
+        response = put(client, new_hash(), encode_pickle(1), overrides={"ttl": bad})
+        assert response.status_code == 422, bad
+
+
+def overwrite(client: httpx.Client, task_hash: str, encoded) -> httpx.Response:
+    return client.put(f"/v1/objects/{task_hash}", params={"overwrite": "true"},
+                      content=encoded.body, headers=encoded.headers())
+
+
+def test_overwrite_keeps_an_object_other_entries_still_use(client, cache_server):
+    from storage import LocalStorage
+
+    storage = LocalStorage(cache_server.data_dir)
+    shared, other, new = encode_pickle(uuid.uuid4().hex), new_hash(), new_hash()
+    assert put(client, other, shared).status_code == 201
+    assert put(client, new, shared).status_code == 201  # same object, two entries
+    replacement = encode_pickle(uuid.uuid4().hex)
+    assert overwrite(client, new, replacement).status_code == 201
+    assert storage.exists(shared.digest)  # still the other entry's
+    assert set(storage.sidecar(shared.digest).tasks) == {other}
+    assert set(storage.sidecar(replacement.digest).tasks) == {new}
+    assert client.get(f"/v1/objects/{other}").headers["x-result-digest"] == shared.digest
+    again = encode_pickle(uuid.uuid4().hex)
+    assert overwrite(client, new, again).status_code == 201
+    assert not storage.exists(replacement.digest)  # nothing else used it: removed
+    assert overwrite(client, new, again).status_code == 201  # the same bytes again
+    assert storage.exists(again.digest)
+    assert set(storage.sidecar(again.digest).tasks) == {new}
+
+
+@pytest.mark.slow
+def test_overwrite_needs_a_write_token(fresh_server):
+    server = fresh_server(tokens="read:r-token,write:w-token")
+    h, value = new_hash(), encode_pickle(1)
+    with httpx.Client(base_url=server.url,
+                      headers={"Authorization": "Bearer r-token"}) as reader:
+        assert overwrite(reader, h, value).status_code == 403
+        assert lease(reader, "run-x", h).status_code == 403
+        assert reader.get(f"/v1/leases/{h}").status_code == 200
+    with httpx.Client(base_url=server.url) as stranger:
+        assert stranger.get(f"/v1/leases/{h}").status_code == 401
