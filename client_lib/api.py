@@ -30,7 +30,7 @@ from .hashing import GraphHashes, hash_graph
 from .known import external_keys, has_known, known_hashes, remember
 from .leases import lease_ttl, lease_wait, release_leases, take_leases
 from .notices import warn_once
-from .policy import Policy, resolve_policy
+from .policy import resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .signing import SigningKey, configured_key
@@ -109,7 +109,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     namespace = _namespace(namespace)
     no_stores = read_only()
     refresh = refresh_requested(refresh) and not no_stores
-    store_policy = Policy("none") if no_stores else resolve_policy(policy)
+    store_policy = resolve_policy("none" if no_stores else policy)
     client = resolve_cache(cache)
     schedule = _get_scheduler(scheduler, collections)
     report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
