@@ -172,7 +172,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             report.computed_keys = rewritten.computed_keys
             report.store_candidates = rewritten.wrapped
             lap("rewrite")
-            leased |= take_leases(run, rewritten.specs.values())
+            leased |= take_leases(run, rewritten.specs.values(), hits)
             report.waited = sum(s.lease == "wait" for s in rewritten.specs.values())
             lap("lease")
             try:

@@ -218,7 +218,7 @@ class CachedClient:
                               overwrite=task_hash in hits and not hit)
             specs.append(CallSpec(store, hit, hashes.digests[key]))
         computed = [s.store for s in specs if s is not None and not s.hit]
-        take_leases(self._run, computed)
+        take_leases(self._run, computed, hits)
         loaded = sum(s is not None and s.hit for s in specs)
         with self._lock:
             self.report.hits += loaded

@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -78,10 +78,13 @@ def lease_wait() -> float | None:
 # -- the user's process ------------------------------------------------------------------
 
 
-def take_leases(run: StoreRun, specs: Iterable[StoreSpec]) -> set[str]:
+def take_leases(run: StoreRun, specs: Iterable[StoreSpec],
+                found: Set[str] = frozenset()) -> set[str]:
     """Lease the hashes of the tasks this run may store; mark each spec ``"held"`` (ours)
-    or ``"wait"`` (another run computes it, or stored it since our lookup). Returns the
-    hashes leased. A server that cannot lease changes nothing (every task computes)."""
+    or ``"wait"`` (another run computes it, or stored it since our lookup). ``found``:
+    hashes the lookup found that this run computes anyway (refreshed, or distrusted after
+    a failed load): never waited for. Returns the hashes leased. A server that cannot
+    lease changes nothing (every task computes)."""
     specs = list(specs)
     wanted = {spec.task_hash for spec in specs}
     limit = int(dask.config.get("result-cache.lease-limit", 10_000))
@@ -96,11 +99,11 @@ def take_leases(run: StoreRun, specs: Iterable[StoreSpec]) -> set[str]:
     except ResultCacheError as exc:
         logger.info("result cache: no leases (%s); computing without deduplication", exc)
         return set()
-    others = stored | held
+    others = (stored - found) | held
     for spec in specs:
         if spec.task_hash in granted:
             spec.lease = "held"
-        elif spec.task_hash in others and not spec.overwrite:  # refresh: never load it
+        elif spec.task_hash in others:
             spec.lease = "wait"
     return granted
 
