@@ -222,3 +222,14 @@ def test_graphs_on_cached_futures_are_cached_too(cache_server, client):
         report = last_report()
         assert report.volatile == 0, report.volatile_reasons
         assert report.loaded == 2 * expected_loaded
+
+
+def test_a_known_impure_function_is_volatile(cache_server, client):
+    import random
+
+    cc = CachedClient(client, cache=cache_server.url, namespace=uuid.uuid4().hex)
+    before = stats(cache_server)["stores"]
+    futures = [cc.submit(random.random, pure=False) for _ in range(2)]
+    assert all(0 <= v < 1 for v in cc.gather(futures))
+    assert cc.report.volatile == 2 and cc.report.loaded == 0  # never looked up or loaded
+    assert stats(cache_server)["stores"] == before
