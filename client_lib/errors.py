@@ -11,6 +11,7 @@ __all__ = [
     "CacheUnavailable",
     "ResultCacheError",
     "VolatileValue",
+    "access_hint",
 ]
 
 
@@ -80,3 +81,13 @@ class VolatileValue(ResultCacheError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def access_hint(status: int, token_given: bool, set_token: str) -> str:
+    """What to do about a 401 or 403, the one wording the client and the CLI share;
+    ``set_token`` says how the caller sets a token (a setting, a flag)."""
+    if status == 401 and not token_given:
+        return f"the server requires a token: {set_token}"
+    if status == 401:
+        return f"the server does not accept this token ({set_token})"
+    return "the token's scope does not allow this (a write token is needed to store)"

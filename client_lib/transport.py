@@ -29,6 +29,7 @@ from .errors import (
     CacheProtocolError,
     CacheUnavailable,
     ResultCacheError,
+    access_hint,
 )
 from .notices import warn_once
 from .signing import SigningKey, configured_key
@@ -138,13 +139,8 @@ class CacheClient:
             raise CacheUnavailable(f"{what}: {status} {_detail(response)}")
         if status not in (401, 403):
             return
-        if status == 401 and not self.token:
-            hint = ("the server requires a token: set result-cache.token "
-                    "(DASK_RESULT_CACHE__TOKEN)")
-        elif status == 401:
-            hint = "the server does not accept this token (result-cache.token)"
-        else:
-            hint = "the token's scope does not allow this (a write token is needed to store)"
+        hint = access_hint(status, bool(self.token),
+                           "set result-cache.token (DASK_RESULT_CACHE__TOKEN)")
         raise CacheAccessDenied(status, f"{what}: {status} {_detail(response)}; {hint}", hint)
 
     # -- index --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from typing import Any
 import click
 import httpx
 
+from client_lib.errors import access_hint
+
 __all__ = ["DEFAULT_URL", "ServerConnection", "for_each_entry", "server_options"]
 
 DEFAULT_URL = "http://127.0.0.1:8780"
@@ -32,6 +34,7 @@ class ServerConnection:
 
     def __init__(self, url: str, token: str | None) -> None:
         self.url = url.rstrip("/")
+        self.token_given = bool(token)
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=self.url, headers=headers, timeout=30.0)
 
@@ -49,10 +52,9 @@ class ServerConnection:
         except ValueError:
             detail = response.text
         hint = ""
-        if response.status_code == 401:
-            hint = " (pass --token or set RESULT_CACHE_TOKEN)"
-        elif response.status_code == 403:
-            hint = " (this needs a write token)"
+        if response.status_code in (401, 403):
+            hint = "; " + access_hint(response.status_code, self.token_given,
+                                      "pass --token or set RESULT_CACHE_TOKEN")
         raise click.ClickException(
             f"{method} {self.url}{path}: {response.status_code} {detail}{hint}"
         )
