@@ -13,7 +13,8 @@ __all__ = ["DEFAULTS"]
 
 DEFAULTS = {
     "result-cache": {
-        "url": None,  # e.g. http://127.0.0.1:8780
+        # e.g. http://127.0.0.1:8780; replicas of one cache comma-separated (failover)
+        "url": None,
         "token": None,  # bearer token, when the server requires one
         "signing-key": None,  # team secret: sign and check results (dask-cache keygen)
         "namespace": "default",

@@ -1,10 +1,12 @@
 """``CacheClient``: the HTTP side of docs/protocol.md, used by the user's process (lookup)
 and by the workers (load, store).
 
-One pooled ``httpx.Client`` per process and server (``CacheClient.shared``); bodies stream
-in ~1 MiB pieces both ways. Every method raises :class:`CacheUnavailable` when the server
-cannot be reached or answers 5xx, and :class:`CacheAccessDenied` when it refuses the token
-(401/403), so callers decide how to degrade.
+One pooled ``httpx.Client`` per process and server list (``CacheClient.shared``); bodies
+stream in ~1 MiB pieces both ways. The URL may list several replicas of one cache
+(:mod:`client_lib.endpoints`): requests rotate over them, and one that cannot be reached or
+answers 5xx is retried on the next. Every method raises :class:`CacheUnavailable` when no
+server answers, and :class:`CacheAccessDenied` when one refuses the token (401/403), so
+callers decide how to degrade.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import itertools
 import os
 import threading
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +23,7 @@ import dask.config
 import httpx
 
 from . import codec
+from .endpoints import Endpoints, normalize_urls
 from .errors import (
     CacheAccessDenied,
     CacheEntryCorrupt,
@@ -59,6 +62,10 @@ class CacheClient:
     server than the client still returns correct values: its loads miss and are recomputed.
     An explicit URL travels unchanged.
 
+    ``url`` may list several servers of one cache, comma-separated (replicas behind one
+    Redis and one storage): every request goes to the next in turn, and on a connection
+    failure or a 5xx to the following ones, before :class:`CacheUnavailable`.
+
     ``signing_key`` (default: this process's ``result-cache.signing-key``; a secret string
     or a :class:`~client_lib.signing.SigningKey`) signs every store and is checked on every
     load before anything is unpickled (docs/protocol.md, "Signed results"). It travels with
@@ -71,9 +78,8 @@ class CacheClient:
 
     def __init__(self, url: str, token: str | None = None, *, from_config: bool = False,
                  signing_key: SigningKey | str | None = _FROM_CONFIG) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"cache URL must start with http:// or https://, got {url!r}")
-        self.url = url.rstrip("/")
+        self.url = normalize_urls(url)
+        self.endpoints = Endpoints(self.url)
         self.token = token
         self.from_config = from_config
         self.signing_key = _signing_key(signing_key)
@@ -87,7 +93,7 @@ class CacheClient:
                signing_key: SigningKey | str | None = _FROM_CONFIG) -> CacheClient:
         """The process-wide client for ``url`` and key (a fork gets its own pool)."""
         signing_key = _signing_key(signing_key)
-        key = (url.rstrip("/"), token, from_config, os.getpid(), signing_key)
+        key = (normalize_urls(url), token, from_config, os.getpid(), signing_key)
         client = cls._shared.get(key)
         if client is None:
             with cls._shared_lock:
@@ -110,8 +116,8 @@ class CacheClient:
                 if self._http is None:
                     headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
                     # Plain HTTP needs no TLS context (building one costs ~40 ms).
-                    verify = self.url.startswith("https://")
-                    self._http = httpx.Client(base_url=self.url, timeout=_TIMEOUT,
+                    verify = any(u.startswith("https://") for u in self.endpoints.urls)
+                    self._http = httpx.Client(timeout=_TIMEOUT,
                                               headers=headers, verify=verify,
                                               limits=httpx.Limits(max_connections=64))
         return self._http
@@ -121,21 +127,37 @@ class CacheClient:
             self._http.close()
             self._http = None
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise CacheUnavailable(f"{method} {self.url}{path} failed: {exc}") from exc
-        self._check_status(response)
-        return response
+    def _request(self, method: str, path: str, *,
+                 body: Callable[[], Iterable[Any]] | None = None,
+                 **kwargs: Any) -> httpx.Response:
+        """One request, to each server in turn until one answers other than 5xx.
+        ``body`` makes a fresh request body for each attempt (a stream is read once)."""
+        failures: list[str] = []
+        for base in self.endpoints.order():
+            if body is not None:
+                kwargs["content"] = body()
+            try:
+                response = self.http.request(method, base + path, **kwargs)
+            except httpx.HTTPError as exc:
+                failures.append(f"{base}: {exc}")
+                self.endpoints.failed(base)
+                continue
+            if _server_error(response.status_code):
+                failures.append(f"{base}: {response.status_code} {_detail(response)}")
+                self.endpoints.failed(base)
+                continue
+            self.endpoints.answered(base)
+            self._check_status(response)
+            return response
+        raise CacheUnavailable(f"{method} {path} failed: {'; '.join(failures)}")
 
     def _check_status(self, response: httpx.Response) -> None:
         """The one mapping of statuses every request shares: a server error (5xx, but 507:
         no room) is :class:`CacheUnavailable`, a refused token (401/403)
         :class:`CacheAccessDenied` with a hint. Other statuses are the caller's."""
         status = response.status_code
-        what = f"{response.request.method} {self.url}{response.request.url.path}"
-        if status >= 500 and status != 507:
+        what = f"{response.request.method} {response.request.url.copy_with(query=None)}"
+        if _server_error(status):
             raise CacheUnavailable(f"{what}: {status} {_detail(response)}")
         if status not in (401, 403):
             return
@@ -266,9 +288,8 @@ class CacheClient:
             headers["X-Result-TTL"] = repr(float(ttl))
         # memoryview slices of the value itself: h11 copies each once into the request
         # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
-        body = enc.chunks()
         try:
-            response = self._request("PUT", f"/v1/objects/{task_hash}", content=body,
+            response = self._request("PUT", f"/v1/objects/{task_hash}", body=enc.chunks,
                                      headers=headers,
                                      params={"overwrite": "true"} if overwrite else None)
         except CacheAccessDenied as exc:
@@ -290,9 +311,24 @@ class CacheClient:
         signature (checked on the headers: the body is not even downloaded; the server is
         told). Nothing is decoded, let alone unpickled, before both checks pass.
         """
+        failures: list[str] = []
+        for base in self.endpoints.order():
+            try:
+                found = self._get_from(base, task_hash)
+            except CacheUnavailable as exc:
+                failures.append(str(exc))
+                self.endpoints.failed(base)
+                continue
+            self.endpoints.answered(base)
+            return found
+        raise CacheUnavailable("; ".join(failures))
+
+    def _get_from(self, base: str, task_hash: str) -> Any:
+        """:meth:`get` from one server; :class:`CacheUnavailable` if it fails (the next
+        one may answer)."""
         path = f"/v1/objects/{task_hash}"
         try:
-            with self.http.stream("GET", path) as response:
+            with self.http.stream("GET", base + path) as response:
                 if response.status_code == 404:
                     raise CacheEntryUnavailable(task_hash, "not found")
                 self._check_status(response)
@@ -307,7 +343,7 @@ class CacheClient:
             self.report_untrusted(task_hash)
             raise
         except httpx.HTTPError as exc:
-            raise CacheUnavailable(f"GET {self.url}{path} failed: {exc}") from exc
+            raise CacheUnavailable(f"GET {base}{path} failed: {exc}") from exc
         except KeyError as exc:
             raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
         data, actual = body
@@ -355,6 +391,11 @@ class CacheClient:
         except ResultCacheError as exc:
             warn_once(f"result cache: could not report an untrusted entry to {self.url}: "
                       f"{exc}", key=f"report untrusted: {self.url}")
+
+
+def _server_error(status: int) -> bool:
+    """A status that says the server failed, not the request (507: no room, is an answer)."""
+    return status >= 500 and status != 507
 
 
 def _signing_key(value: SigningKey | str | None) -> SigningKey | None:
