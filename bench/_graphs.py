@@ -6,6 +6,9 @@ directly: ``dask.delayed(total)(leaves)`` finalises its list argument through Da
 delayed optimisation, which is quadratic (10k leaves take seconds, 100k never finish).
 ``array``: ``(da.ones((s, s), chunks=10) + 1).sum()`` with ``s`` chosen so the materialised
 graph has about ``n`` tasks (a chunked dask.array with a tree reduction).
+``groupby``: ``ddf.groupby("k").x.sum()`` over a pandas frame of ten rows per partition,
+with the partition count chosen so the graph has about ``n`` tasks (a dataframe groupby's
+tree reduction).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 __all__ = ["GRAPHS", "build"]
 
-GRAPHS = ("fanin", "array")
+GRAPHS = ("fanin", "array", "groupby")
 
 
 def inc(x: int) -> int:
@@ -44,4 +47,14 @@ def build(kind: str, n: int) -> Any:
         # ~1.34 tasks per chunk (ones+add fused per chunk, sum per chunk, tree reduction).
         side = max(10, int(round(math.sqrt(n / 1.34))) * 10)
         return (da.ones((side, side), chunks=10) + 1).sum()
+    if kind == "groupby":
+        import dask.dataframe as dd
+        import numpy as np
+        import pandas as pd
+
+        # ~4.94 tasks per partition (from_pandas + chunk fused, the tree reduction).
+        parts = max(2, round(n / 4.94))
+        rows = np.arange(parts * 10)
+        frame = pd.DataFrame({"k": rows % 7, "x": rows.astype(float)})
+        return dd.from_pandas(frame, npartitions=parts).groupby("k").x.sum()
     raise ValueError(f"unknown graph {kind!r}; choose from {GRAPHS}")

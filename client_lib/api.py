@@ -25,7 +25,7 @@ from .errors import (
     CacheEntryUntrusted,
     ResultCacheError,
 )
-from .graph import Materialized, materialize, toposort, unfuse
+from .graph import Materialized, materialize, paused_gc, toposort, unfuse
 from .hashing import GraphHashes, hash_graph
 from .known import external_keys, has_known, known_hashes, remember
 from .leases import lease_ttl, lease_wait, release_leases, take_leases
@@ -122,7 +122,8 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         report.seconds[phase] = report.seconds.get(phase, 0.0) + now - clock
         clock = now
 
-    m = materialize(collections, optimize_graph, finalize=finalize)
+    with paused_gc():
+        m = materialize(collections, optimize_graph, finalize=finalize)
     lap("materialize")
     if client is None:
         report.fallback = "no cache configured (set result-cache.url or pass cache=)"
@@ -131,8 +132,9 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         return _run(schedule, m.graph, m, compute_kwargs), m
 
     fused = m
-    m, order, hashes = _hash(fused, namespace, client.signing_key)
-    cacheable = cacheable_keys(m, hashes)
+    with paused_gc():
+        m, order, hashes = _hash(fused, namespace, client.signing_key)
+        cacheable = cacheable_keys(m, hashes)
     cacheable_hashes = set(cacheable.values())
     report.tasks = len(order)
     report.cacheable = len(cacheable)
@@ -161,7 +163,8 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             usable = hits - distrusted if attempt < 2 and not refresh else set()
             if attempt == 2:
                 report.fallback = "entries kept failing to load; computed without loads"
-            rewritten = rewrite(m, order, hashes, cacheable, usable, run, overwrite)
+            with paused_gc():
+                rewritten = rewrite(m, order, hashes, cacheable, usable, run, overwrite)
             # Tasks, like ``cacheable`` (equal tasks, e.g. chunks of ``da.ones``, share a
             # hash); under refresh, those found, although they are recomputed.
             report.hits = sum(h in hits and h not in distrusted for h in cacheable.values())

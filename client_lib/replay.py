@@ -20,8 +20,7 @@ import importlib
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,19 +93,31 @@ def _install() -> None:
             warnings._showwarnmsg = _show  # type: ignore[attr-defined]
 
 
-@contextmanager
-def recording() -> Iterator[list[RecordedWarning]]:
-    """Collect the warnings this thread shows inside the block (nested blocks: the
-    innermost one collects)."""
-    if _original_show is None:
-        _install()
-    outer = getattr(_local, "records", None)
-    records: list[RecordedWarning] = []
-    _local.records = records
-    try:
-        yield records
-    finally:
-        _local.records = outer
+def recording() -> _Recording:
+    """``with recording() as raised:`` collects the warnings this thread shows inside the
+    block (nested blocks: the innermost one collects)."""
+    return _Recording()
+
+
+class _Recording:
+    """A class, not ``@contextmanager``: it runs around every stored task, where a
+    generator-based manager costs ~0.9 µs and this ~0.2 µs."""
+
+    __slots__ = ("_outer", "records")
+
+    def __init__(self) -> None:
+        if _original_show is None:
+            _install()
+        self.records: list[RecordedWarning] = []
+        self._outer: list[RecordedWarning] | None = None
+
+    def __enter__(self) -> list[RecordedWarning]:
+        self._outer = getattr(_local, "records", None)
+        _local.records = self.records
+        return self.records
+
+    def __exit__(self, *exc: object) -> None:
+        _local.records = self._outer
 
 
 def merge(*groups: Iterable[RecordedWarning]) -> tuple[RecordedWarning, ...]:

@@ -79,6 +79,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
     labels = hashes.labels
     policy = run.policy
     ttl_default = default_ttl()
+    ttl_annotated = bool(m.annotations.get("cache_ttl"))
     kept: dict[Key, GraphNode] = {}
     specs: dict[Key, StoreSpec] = {}
     loaded_keys: list[Key] = []
@@ -100,7 +101,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
             replace = task_hash in overwrite
             if (task_hash is not None and not _trivial(node)
                     and (replace or policy.wraps(key in outputs))):
-                ttl = m.annotation("cache_ttl", key)
+                ttl = m.annotation("cache_ttl", key) if ttl_annotated else None
                 ttl = ttl_default if ttl is None else parse_ttl(ttl)
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
                                        (), ttl, replace)
@@ -127,8 +128,9 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
         if key in loaded:
             sources[key] = (task_hashes[key],)
             continue
-        found = dict.fromkeys(h for d in kept[key].dependencies for h in sources.get(d, ()))
-        upstream = tuple(found)[:_MAX_UPSTREAM]
+        deps = kept[key].dependencies
+        upstream = tuple(dict.fromkeys(h for d in deps for h in sources.get(d, ())))[
+            :_MAX_UPSTREAM] if deps else ()
         if spec is not None:
             spec.dep_hashes = upstream
             sources[key] = (spec.task_hash,)

@@ -86,6 +86,12 @@ class GraphHasher:
                  handlers: Dispatch = HANDLERS, signing_key: SigningKey | None = None) -> None:
         self.graph = graph
         self.annotations = annotations
+        # Which of the two annotations the hash reads exist at all (most graphs have
+        # neither): then no task pays for looking them up.
+        names = getattr(annotations, "annotations", None)
+        self._reads_cache = annotations is not None and (names is None or "cache" in names)
+        self._reads_version = annotations is not None and (
+            names is None or "cache_version" in names)
         self.signing_key = signing_key
         self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
         self.digests: dict[Key, bytes] = {}
@@ -121,8 +127,7 @@ class GraphHasher:
     def _node_digest(self, key: Key, node: GraphNode) -> bytes:
         if isinstance(node, Alias):
             return self._dep_digest(node.target)
-        if self.annotations is not None and self.annotations.annotation(
-                "cache", key, True) is False:
+        if self._reads_cache and self.annotations.annotation("cache", key, True) is False:
             raise VolatileValue("annotated cache=False")
         enc = self.enc
         with enc.sub_digest(self.prefix) as sub:
@@ -131,7 +136,7 @@ class GraphHasher:
                 enc.encode(node.value)
             elif isinstance(node, Task):
                 version = None
-                if self.annotations is not None:
+                if self._reads_version:
                     version = self.annotations.annotation("cache_version", key)
                 self._task_body(node, version)
                 self.result.labels[key] = self._label(node.func)

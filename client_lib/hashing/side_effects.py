@@ -10,13 +10,14 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dask._task_spec import GraphNode, NestedContainer, Task
+from dask._task_spec import Alias, DataNode, GraphNode, NestedContainer, Task
 
 from .task_kinds import TaskKinds
 
 __all__ = ["pinned_keys"]
 
 Key = Hashable
+_PLAIN_NODES = frozenset({Task, Alias, DataNode})  # never a P2P barrier (Task subclasses)
 
 
 def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
@@ -31,8 +32,8 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
       task between two that do (a shuffle's barrier): the store exists in this run only.
       What is read out of it is hashed by what went in, so downstream stays cacheable.
     """
-    barriers = {k for k in order if isinstance(graph[k], Task)
-                and not isinstance(graph[k], NestedContainer) and type(graph[k]) is not Task}
+    barriers = {k for k in order if type(graph[k]) not in _PLAIN_NODES
+                and isinstance(graph[k], Task) and not isinstance(graph[k], NestedContainer)}
     pinned = set(barriers)
     effects: set[Key] = set()
     scratch: set[Key] = set()
@@ -40,14 +41,16 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
     for key in order:
         node = graph[key]
         deps = node.dependencies
-        if key in barriers:
+        if barriers and key in barriers:
             pinned.update(deps)
-        elif deps & barriers:
+        elif barriers and deps & barriers:
             pinned.add(key)
-        elif not isinstance(node, Task) or isinstance(node, NestedContainer):
-            if deps & effects:  # a container of side effects' results
+        elif type(node) is not Task and (
+                not isinstance(node, Task) or isinstance(node, NestedContainer)):
+            if effects and deps & effects:  # a container of side effects' results
                 effects.add(key)
-        elif deps & effects or kinds.side_effect(node.func, node.args, node.kwargs):
+        elif effects and deps & effects or kinds.side_effect(node.func, node.args,
+                                                             node.kwargs):
             effects.add(key)
         else:
             effect = decided.get(id(node.func))

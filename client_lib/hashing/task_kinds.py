@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import dask.config
+from dask._task_spec import TaskRef
 
 from ..handles import handle_kind
 
@@ -69,6 +70,7 @@ _PANDAS_WRITERS = frozenset({
     "to_pickle", "to_orc", "to_stata", "to_xml", "to_clipboard",
 })
 _WRITE_MODES = frozenset("wax+")
+_PLAIN = frozenset({int, float, str, bytes, bool, type(None), TaskRef})
 _WRAPPER_ATTRS = ("func", "__wrapped__", "_obj", "__func__")
 _MAX_UNWRAP = 16
 
@@ -136,6 +138,12 @@ def _writes_a_file(value: Any) -> bool:
             and bool(_WRITE_MODES & set(mode)))
 
 
+def _writes_a_file_in(value: Any) -> bool:
+    """``value``, or an item of a list or tuple it is, is a file opened for writing."""
+    return _writes_a_file(value) or type(value) in (list, tuple) and any(
+        _writes_a_file(x) for x in value[:64])
+
+
 class TaskKinds:
     """Classifies the tasks of one hashing pass. Reads the config lists once and
     remembers its answers per function object; not thread safe."""
@@ -150,6 +158,7 @@ class TaskKinds:
                 if func is not None:
                     self._impure[id(func)] = (func, f"{module_name}.{name}")
         self._seedable = [f for m, n in _SEEDABLE if (f := _resolve(m, n)) is not None]
+        self._seedable_ids = frozenset(id(f) for f in self._seedable)
         self._globals = _global_generators()
         self._decided: dict[tuple[int, str], tuple[Any, Any]] = {}
 
@@ -166,7 +175,8 @@ class TaskKinds:
     def volatile_reason(self, func: Any, args: tuple = (), kwargs: dict | None = None
                         ) -> str | None:
         """Why a task calling ``func(*args, **kwargs)`` must never be cached, or ``None``."""
-        if any(func is f for f in self._seedable) and not args and not any(
+        if id(func) in self._seedable_ids and any(func is f for f in self._seedable) and (
+                not args) and not any(
                 v is not None for v in (kwargs or {}).values()):
             return f"{callable_name(func)} without a seed draws from the operating system"
         return self._cached("volatile", func, self._volatile_reason)
@@ -203,9 +213,10 @@ class TaskKinds:
         """Whether a task calling ``func(*args, **kwargs)`` exists for a side effect."""
         if self._cached("effect", func, self._writes):
             return True
-        values = [*args, *(kwargs or {}).values()]
-        return any(_writes_a_file(v) or type(v) in (list, tuple) and any(
-            _writes_a_file(x) for x in v[:64]) for v in values)
+        for v in args:
+            if type(v) not in _PLAIN and _writes_a_file_in(v):
+                return True
+        return bool(kwargs) and any(_writes_a_file_in(v) for v in kwargs.values())
 
     def _writes(self, func: Any) -> bool:
         for inner in _unwrapped(func):

@@ -166,6 +166,27 @@ def test_returns_exactly_what_dask_compute_returns(cache_server):
                           scheduler="threads") == (nested,)
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_garbage_collection_is_left_as_it_was(cache_server, enabled):
+    # The graph phases pause the cyclic collector (client_lib.graph.paused_gc); the
+    # user's setting must come back, also when hashing fails.
+    import gc
+
+    class Unhashable:
+        def __reduce_ex__(self, protocol):
+            raise RuntimeError("no")
+
+    (gc.enable if enabled else gc.disable)()
+    try:
+        for value in (1, Unhashable()):
+            expr = dask.delayed(lambda v: 2, pure=True)(value)
+            assert cached_compute(expr, cache=cache_server.url, namespace=uuid.uuid4().hex,
+                                  scheduler="sync") == (2,)
+            assert gc.isenabled() is enabled
+    finally:
+        gc.enable()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["sync", "threads", "processes"])
 def test_local_schedulers(cache_server, scheduler):
