@@ -46,8 +46,8 @@ class Manifest(BaseModel):
 
     hash: str
     digest: str
-    kind: Literal["ndarray", "pickle"]
-    storage: Literal["zarr", "blob"]
+    kind: Literal["ndarray", "pickle", "parquet"]
+    storage: Literal["zarr", "blob", "parquet"]
     nbytes: int
     dtype: str | None = None
     shape: list[int] | None = None

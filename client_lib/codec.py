@@ -1,5 +1,6 @@
-"""Values on the wire (docs/protocol.md): arrays as raw bytes plus dtype/shape, everything
-else as cloudpickle bytes, each with its content digest.
+"""Values on the wire (docs/protocol.md): arrays as raw bytes plus dtype/shape, large pandas
+frames as Parquet (:mod:`.frames`, when they read back exactly), everything else as
+cloudpickle bytes, each with its content digest.
 
 Encoding never copies a C-contiguous array: the body is a sequence of ~1 MiB memoryview
 slices over the array's own buffer, so an upload streams straight from the result.
@@ -13,14 +14,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
+import dask.config
 import numpy as np
 import xxhash
 
 from .errors import CacheProtocolError
+from .frames import PARQUET_KIND, decode_frame, encode_frame, frame_nbytes, is_frame
 
-__all__ = ["CHUNK_BYTES", "Encoded", "content_hasher", "decode", "encode"]
+__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "content_hasher", "decode", "encode"]
 
 CHUNK_BYTES = 1 << 20
+#: Frames at least this large (in memory) are offered to Parquet: the size from which
+#: the server keeps arrays in Zarr (storage.ZARR_MIN_BYTES); config
+#: ``result-cache.parquet-min-bytes`` overrides it.
+PARQUET_MIN_BYTES = 1 << 20
 _ARRAY_KINDS = frozenset("biufcmMSU")
 
 
@@ -28,7 +35,7 @@ _ARRAY_KINDS = frozenset("biufcmMSU")
 class Encoded:
     """An encoded value: metadata for the headers and the body as one buffer."""
 
-    kind: str  # "ndarray" | "pickle"
+    kind: str  # "ndarray" | "pickle" | "parquet"
     dtype: str
     shape: str
     type_name: str
@@ -65,6 +72,10 @@ def encode(value: Any) -> Encoded:
         body = memoryview(arr.reshape(-1).view(np.uint8))
         dtype, shape = arr.dtype.str, json.dumps(list(arr.shape), separators=(",", ":"))
         kind = "ndarray"
+    elif is_frame(value) and frame_nbytes(value) >= _parquet_min_bytes() and (
+            parquet := encode_frame(value)) is not None:
+        body = memoryview(parquet)
+        kind, dtype, shape = PARQUET_KIND, "", ""
     else:
         body = memoryview(cloudpickle.dumps(value, protocol=5))
         kind, dtype, shape = "pickle", "", ""
@@ -84,4 +95,13 @@ def decode(kind: str, dtype: str, shape: str, body: Any) -> Any:
             raise CacheProtocolError(f"bad array metadata {dtype!r} {shape!r}: {exc}") from None
     if kind == "pickle":
         return cloudpickle.loads(body)
+    if kind == PARQUET_KIND:
+        try:
+            return decode_frame(body)
+        except Exception as exc:  # no pyarrow here, or a file pyarrow cannot read
+            raise CacheProtocolError(f"cannot read a Parquet result: {exc!r}") from None
     raise CacheProtocolError(f"unknown value kind {kind!r}")
+
+
+def _parquet_min_bytes() -> int:
+    return int(dask.config.get("result-cache.parquet-min-bytes", PARQUET_MIN_BYTES))

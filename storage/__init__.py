@@ -2,12 +2,13 @@
 
 ``storage`` knows about bytes, digests and files; it imports neither ``client_lib`` nor
 ``cache_server``. Start with :class:`LocalStorage` (one data directory, routing by kind and
-size) or a single backend (:class:`BlobStore`, :class:`ZarrArrayStore`); all implement
-:class:`ObjectStore`.
+size) or a single backend (:class:`BlobStore`, :class:`ZarrArrayStore`,
+:class:`ParquetStore`); all implement :class:`ObjectStore`.
 """
 
 from storage._blob import BlobStore
 from storage._local import ZARR_MIN_BYTES, LocalStorage
+from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
 from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
 from storage.errors import (
@@ -34,6 +35,7 @@ __all__ = [
     "ObjectHeader",
     "ObjectNotFound",
     "ObjectStore",
+    "ParquetStore",
     "PutResult",
     "Sidecar",
     "StorageError",

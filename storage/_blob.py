@@ -8,11 +8,10 @@ array against ~4 ms for a Zarr array: docs/architecture.md, "Storage and transpo
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from storage._body import BodyReader
-from storage._directory import DirectoryStore
+from storage._directory import DirectoryStore, read_file, write_file
 from storage.base import Sidecar
 from storage.errors import CorruptObject
 from storage.header import ObjectHeader
@@ -31,25 +30,11 @@ class BlobStore(DirectoryStore):
         return True
 
     def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
-        with open(directory / BLOB_NAME, "wb", buffering=0) as f:
-            f.write(header.digest_prefix())
-            for view in body:
-                while view:
-                    written = f.write(view)
-                    view = view[written:]
+        write_file(directory / BLOB_NAME, header.digest_prefix(), body)
 
     def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
-        with open(directory / BLOB_NAME, "rb", buffering=0) as f:
-            size = os.fstat(f.fileno()).st_size
-            buffer = bytearray(size)
-            view = memoryview(buffer)
-            filled = 0
-            while filled < size:
-                n = f.readinto(view[filled:])
-                if not n:
-                    break
-                filled += n
+        view = read_file(directory / BLOB_NAME)
         prefix = sidecar.header.digest_prefix()
-        if filled != size or view[: len(prefix)] != prefix:
+        if view[: len(prefix)] != prefix:
             raise CorruptObject(f"blob {sidecar.digest} does not start with its header")
         return view[len(prefix) :]

@@ -12,6 +12,7 @@ directory appears (and, on delete, disappears) atomically together with its side
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from abc import abstractmethod
@@ -34,7 +35,7 @@ from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, 
 from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
 from storage.header import ObjectHeader, is_digest
 
-__all__ = ["DirectoryStore"]
+__all__ = ["DirectoryStore", "read_file", "write_file"]
 
 SIDECAR_NAME = "sidecar.json"
 
@@ -213,3 +214,29 @@ class DirectoryStore(ObjectStore):
         updated = sidecar.with_task(task)
         replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
         return updated
+
+
+def write_file(path: Path, prefix: bytes, body: Iterable[memoryview]) -> None:
+    """Write ``prefix`` and then every piece of ``body`` into a new file (unbuffered)."""
+    with open(path, "wb", buffering=0) as f:
+        f.write(prefix)
+        for view in body:
+            while view:
+                written = f.write(view)
+                view = view[written:]
+
+
+def read_file(path: Path) -> memoryview:
+    """A whole file in one buffer; :class:`CorruptObject` if it shrinks while read."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        view = memoryview(bytearray(size))
+        filled = 0
+        while filled < size:
+            n = f.readinto(view[filled:])
+            if not n:
+                break
+            filled += n
+    if filled != size:
+        raise CorruptObject(f"{path} ended after {filled} of {size} bytes")
+    return view

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from storage.errors import ObjectNotFound
-from storage.header import ObjectHeader
+from storage.header import OPAQUE_KINDS, ObjectHeader
 
 __all__ = [
     "Buffer",
@@ -124,8 +124,10 @@ class Sidecar:
             raise ValueError(f"unknown sidecar format {data.get('format')!r}")
         if data["kind"] == "ndarray":
             header = ObjectHeader.array(data["dtype"], data["shape"])
+        elif data["kind"] in OPAQUE_KINDS:
+            header = ObjectHeader(data["kind"])
         else:
-            header = ObjectHeader.pickle()
+            raise ValueError(f"unknown object kind {data['kind']!r}")
         tasks = {
             h: TaskReference(
                 h,

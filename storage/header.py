@@ -1,6 +1,7 @@
 """What an object is, and the content digest that names it (docs/protocol.md, "Values on the wire").
 
-An object is an encoded body plus a small header: its ``kind`` (``ndarray`` or ``pickle``) and,
+An object is an encoded body plus a small header: its ``kind`` (``ndarray``, ``pickle`` or
+``parquet``, a pandas frame as one Parquet file) and,
 for arrays, numpy's ``dtype.str`` and the shape. The content digest is ``xxh3_128`` over
 ``f"{kind}\\n{dtype}\\n{shape}\\n"`` followed by the body, so metadata is part of an object's
 identity and equal results are stored once.
@@ -23,13 +24,16 @@ __all__ = [
     "ARRAY_DTYPE_KINDS",
     "DIGEST_PATTERN",
     "Kind",
+    "OPAQUE_KINDS",
     "ObjectHeader",
     "content_digest",
     "is_digest",
     "shape_text",
 ]
 
-Kind = Literal["ndarray", "pickle"]
+Kind = Literal["ndarray", "pickle", "parquet"]
+#: Kinds without dtype and shape: the body is all there is.
+OPAQUE_KINDS = frozenset({"pickle", "parquet"})
 #: numpy dtype kinds that travel as raw C-order bytes (no fields, no object dtype).
 ARRAY_DTYPE_KINDS = frozenset("biufcmMSU")
 DIGEST_PATTERN = r"^[0-9a-f]{32}$"
@@ -50,8 +54,9 @@ def shape_text(shape: Iterable[int]) -> str:
 class ObjectHeader:
     """Kind, dtype and shape of an encoded object, validated and in canonical form.
 
-    For ``pickle`` objects ``dtype`` is ``""`` and ``shape`` is ``None``. Build instances with
-    :meth:`pickle`, :meth:`array` or :meth:`from_wire`; the constructor does not validate.
+    For ``pickle`` and ``parquet`` objects ``dtype`` is ``""`` and ``shape`` is ``None``.
+    Build instances with :meth:`pickle`, :meth:`parquet`, :meth:`array` or
+    :meth:`from_wire`; the constructor does not validate.
     """
 
     kind: Kind
@@ -61,6 +66,10 @@ class ObjectHeader:
     @classmethod
     def pickle(cls) -> ObjectHeader:
         return cls("pickle")
+
+    @classmethod
+    def parquet(cls) -> ObjectHeader:
+        return cls("parquet")
 
     @classmethod
     def array(cls, dtype: np.dtype | str, shape: Iterable[int]) -> ObjectHeader:
@@ -80,10 +89,10 @@ class ObjectHeader:
         spaces), because the digest is computed over the text as sent. Raises
         :class:`InvalidHeader` with a readable message otherwise.
         """
-        if kind == "pickle":
-            return cls.pickle()
+        if kind in OPAQUE_KINDS:
+            return cls(kind)  # type: ignore[arg-type]
         if kind != "ndarray":
-            raise InvalidHeader(f"kind must be 'ndarray' or 'pickle', not {kind!r}")
+            raise InvalidHeader(f"kind must be 'ndarray', 'pickle' or 'parquet', not {kind!r}")
         if not dtype:
             raise InvalidHeader("an ndarray needs a dtype (X-Result-Dtype)")
         if shape is None:
@@ -115,7 +124,7 @@ class ObjectHeader:
     @property
     def numpy_dtype(self) -> np.dtype:
         if not self.is_array:
-            raise InvalidHeader("a pickle object has no dtype")
+            raise InvalidHeader(f"a {self.kind} object has no dtype")
         return np.dtype(self.dtype)
 
     @property

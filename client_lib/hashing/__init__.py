@@ -12,8 +12,9 @@
 """
 
 from . import external, numpy_values, pandas_values, stdlib_values  # noqa: F401 (handlers)
-from .graph import KEY_VERSION, GraphHashes, hash_graph
+from .graph import KEY_VERSION, GraphHashes, hash_graph, value_digest
 from .registry import register
 from .user_versions import cache_version
 
-__all__ = ["KEY_VERSION", "GraphHashes", "cache_version", "hash_graph", "register"]
+__all__ = ["KEY_VERSION", "GraphHashes", "cache_version", "hash_graph", "register",
+           "value_digest"]

@@ -252,3 +252,11 @@ def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
     result.digests = hasher.digests
     result.pinned = pinned_keys(graph, order, hasher.kinds)
     return result
+
+
+def value_digest(value: Any) -> bytes:
+    """The 16-byte digest of one value, as the task hash sees it (type, every cell, index,
+    dtypes, attrs for pandas objects). Raises :class:`VolatileValue` for a value that
+    cannot be hashed deterministically. Two values with equal digests are equal for the
+    cache, which is what a lossless re-encoding must preserve (client_lib/frames.py)."""
+    return Encoder(HANDLERS, Fingerprinter).digest_of(value)

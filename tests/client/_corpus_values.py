@@ -145,3 +145,55 @@ def value_listed_paths_frame(ctx):
 @_entry
 def value_listed_paths_array(ctx):
     return dask.delayed(lambda a: int(sum(map(_size, a))), pure=True)(np.array(_listed(ctx)))
+
+
+# -- frames as Parquet (issue 12): exact round trips, and what falls back to pickle ----------
+
+
+def _typed_frame() -> pd.DataFrame:
+    """Every dtype family Parquet holds exactly, under a MultiIndex."""
+    n = 12
+    return pd.DataFrame({
+        "tz": pd.date_range("2024-03-30 22:00", periods=n, freq="h", tz="Europe/Paris"),
+        "naive": pd.date_range("2024-01-01", periods=n, freq="D").as_unit("ms"),
+        "cat": pd.Categorical(list("abca") * 3, categories=list("cba"), ordered=True),
+        "int": pd.array([1, None, 3] * 4, dtype="Int64"),
+        "bool": pd.array([True, None, False] * 4, dtype="boolean"),
+        "float": pd.array([0.5, None, -0.0] * 4, dtype="Float64"),
+        "str": pd.array(["x", None, "z"] * 4, dtype="string"),
+        "u8": np.arange(n, dtype="u8") + 2**63,
+        "f4": np.linspace(0, 1, n, dtype="f4"),
+        "td": pd.to_timedelta(np.arange(n), unit="s"),
+    }, index=pd.MultiIndex.from_product([["a", "b", "c"], [10, 20, 30, 40]], names=["g", "n"]))
+
+
+def _shifted(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.copy()
+    out["int"] = out["int"] * 2
+    return out
+
+
+@_entry
+def frame_parquet_dtypes(ctx):
+    return dask.delayed(_shifted, pure=True)(_typed_frame())
+
+
+@_entry
+def frame_parquet_series(ctx):
+    tz = _typed_frame()["tz"].reset_index(drop=True).rename("when")
+    return dask.delayed(lambda s: s + pd.Timedelta("1s"), pure=True)(tz)
+
+
+@_entry
+def frame_parquet_partitions(ctx):
+    flat = _typed_frame().reset_index(drop=True).drop(columns=["cat"])
+    parts = dd.from_pandas(flat, npartitions=3)
+    return parts.map_partitions(_shifted)
+
+
+@_entry
+def frame_pickle_fallback(ctx):
+    # Parquet holds neither complex numbers nor a DatetimeIndex's freq: pickled, exact.
+    frame = pd.DataFrame({"c": np.arange(4) * (1 + 2j)},
+                         index=pd.date_range("2024-01-01", periods=4, freq="D"))
+    return dask.delayed(lambda f: f * 2, pure=True)(frame)

@@ -7,8 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import BlobStore, LocalStorage, ObjectStore, ZarrArrayStore
-from tests.storage.contract import StoreContract, encode_array, encode_pickle, task
+from storage import BlobStore, LocalStorage, ObjectStore, ParquetStore, ZarrArrayStore
+from tests.storage.contract import (
+    StoreContract,
+    encode_array,
+    encode_parquet,
+    encode_pickle,
+    task,
+)
 
 # Fixed-width strings have no stable Zarr v3 spec yet; storage accepts that knowingly.
 pytestmark = pytest.mark.filterwarnings(
@@ -28,6 +34,12 @@ class TestZarrArrayStore(StoreContract):
         return ZarrArrayStore(tmp_path / "zarr")
 
 
+class TestParquetStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> ObjectStore:
+        return ParquetStore(tmp_path / "parquet")
+
+
 class TestLocalStorage(StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> ObjectStore:
@@ -44,11 +56,16 @@ def test_routing_by_kind_and_size(tmp_path: Path) -> None:
     large = encode_array(np.ones((1024, 128), dtype="<f8"))  # exactly 1 MiB
     small = encode_array(np.ones((1024, 127), dtype="<f8"))
     pickled = encode_pickle([1, 2, 3])
-    for n, encoded in enumerate((large, small, pickled)):
+    frame = encode_parquet(b"PAR1" + b"\0" * 100 + b"PAR1")
+    for n, encoded in enumerate((large, small, pickled, frame)):
         storage.put(encoded.header, encoded.chunks(), digest=encoded.digest, task=task(n))
     assert storage.sidecar(large.digest).storage == "zarr"
     assert storage.sidecar(small.digest).storage == "blob"
     assert storage.sidecar(pickled.digest).storage == "blob"
+    assert storage.sidecar(frame.digest).storage == "parquet"
+    parquet_dir = tmp_path / "objects" / "parquet" / frame.digest[:2] / frame.digest
+    # The file is the body: any Parquet reader opens it where it lies.
+    assert (parquet_dir / "data.parquet").read_bytes() == frame.body
     assert (tmp_path / "objects" / "zarr" / large.digest[:2] / large.digest / "zarr.json").is_file()
 
 

@@ -1,0 +1,35 @@
+"""Parquet backend: a pandas frame as one Parquet file, readable by any Parquet tool.
+
+The client encodes the frame (``client_lib/frames.py``); storage only keeps the bytes: the
+object directory holds ``data.parquet``, exactly the body (the digest covers
+``parquet\\n\\n\\n`` and then the file), so ``dask.dataframe.read_parquet`` or pyarrow can
+open it where it lies (docs/architecture.md, "Storage").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage._body import BodyReader
+from storage._directory import DirectoryStore, read_file, write_file
+from storage.base import Sidecar
+from storage.header import ObjectHeader
+
+__all__ = ["PARQUET_NAME", "ParquetStore"]
+
+PARQUET_NAME = "data.parquet"
+
+
+class ParquetStore(DirectoryStore):
+    """Objects of kind ``parquet`` as one ``data.parquet`` file each."""
+
+    name = "parquet"
+
+    def accepts(self, header: ObjectHeader) -> bool:
+        return header.kind == "parquet"
+
+    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
+        write_file(directory / PARQUET_NAME, b"", body)
+
+    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
+        return read_file(directory / PARQUET_NAME)
