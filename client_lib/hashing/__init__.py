@@ -3,7 +3,8 @@
 - :mod:`.encoder`: values to bytes, with :meth:`~.Encoder.sub_digest` for nested digests;
 - :mod:`.registry`: the open registry of value handlers (lazy per library; users add
   their own types with :func:`register`);
-- :mod:`.stdlib_values`, :mod:`.numpy_values`, :mod:`.pandas_values`, :mod:`.external`:
+- :mod:`.stdlib_values`, :mod:`.numpy_values`, :mod:`.pandas_values`, :mod:`.external`,
+  :mod:`.xarray_values`:
   the handlers, one small function per kind of value;
 - :mod:`.fingerprints`: functions, classes and modules by their code;
 - :mod:`.provenance`: library versions, local builds, compiled modules, file stamps;
@@ -11,7 +12,13 @@
   always run; :mod:`.user_versions`: ``cache_version``.
 """
 
-from . import external, numpy_values, pandas_values, stdlib_values  # noqa: F401 (handlers)
+from . import (  # noqa: F401 (handlers)
+    external,
+    numpy_values,
+    pandas_values,
+    stdlib_values,
+    xarray_values,
+)
 from .graph import KEY_VERSION, GraphHashes, hash_graph, value_digest
 from .registry import register
 from .user_versions import cache_version
