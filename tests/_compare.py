@@ -1,6 +1,8 @@
-"""Deep equality for computed results: arrays, frames, scalars, containers."""
+"""Deep equality for computed results: arrays, frames, xarray objects, scalars, containers."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pandas as pd
@@ -15,7 +17,14 @@ RTOL = 1e-12  # BLAS and reductions on other processes may round the last bit di
 def assert_same(actual, expected, path: str = "result") -> None:
     """Assert ``actual`` equals ``expected`` in type and value: exactly, except floats to
     ``RTOL`` (NaN equals NaN); dataframe rows are compared after sorting, as shuffles may
-    reorder them."""
+    reorder them; xarray objects by values (to ``RTOL``), coordinates, names, dtypes and
+    attributes, in any order of their variables (as ``identical``)."""
+    xr = sys.modules.get("xarray")  # only an xarray computation can return xarray objects
+    if xr is not None and isinstance(expected, xr.Dataset | xr.DataArray):
+        assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        xr.testing.assert_allclose(actual, expected, rtol=RTOL, atol=0)
+        assert _xarray_layout(actual) == _xarray_layout(expected), path
+        return
     if isinstance(expected, pd.DataFrame | pd.Series | pd.Index):
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
         if isinstance(expected, pd.Index):
@@ -51,3 +60,12 @@ def assert_same(actual, expected, path: str = "result") -> None:
     else:
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def _xarray_layout(obj) -> tuple:
+    """What ``assert_allclose`` leaves out: dtypes, dimensions and attributes of every
+    variable, the name, the object's attributes."""
+    variables = obj.variables if hasattr(obj, "data_vars") else {
+        **obj.coords.variables, None: obj.variable}
+    return (getattr(obj, "name", None), dict(obj.attrs),
+            {k: (v.dtype, v.dims, dict(v.attrs)) for k, v in variables.items()})

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from tests.client._corpus_values import ENTRIES
+from tests.client._corpus_xarray import ENTRIES as XARRAY_ENTRIES
 
 CORPUS: dict[str, Callable[[dict], object]] = {}
 
@@ -394,6 +395,7 @@ def bag_fold_distinct(ctx):
 
 
 CORPUS.update(ENTRIES)  # IO functions and subtle values (issue 10)
+CORPUS.update(XARRAY_ENTRIES)  # xarray (issue 18)
 
 
 def build(name: str, ctx: dict) -> object:

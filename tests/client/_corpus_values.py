@@ -20,6 +20,8 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
+from tests.client._corpus_xarray import write_inputs as write_xarray_inputs
+
 __all__ = ["ENTRIES", "write_inputs"]
 
 ENTRIES: dict[str, Callable[[dict], object]] = {}
@@ -54,6 +56,7 @@ def write_inputs(directory: str | os.PathLike) -> None:
     for name in ("a", "b"):
         with open(os.path.join(directory, f"listed-{name}.txt"), "w") as f:
             f.write(name * 3)
+    write_xarray_inputs(directory)
 
 
 def _size(path) -> int:

@@ -36,7 +36,7 @@ import pandas as pd
 import toolz
 
 GOLDEN = Path(__file__).with_name("golden_hashes.json")
-LIBRARIES = ("python", "dask", "distributed", "numpy", "pandas", "toolz", "zarr")
+LIBRARIES = ("python", "dask", "distributed", "numpy", "pandas", "toolz", "xarray", "zarr")
 
 
 def identity(x):

@@ -20,6 +20,7 @@ from tests.correctness._projects import (
     array_pipe,
     delayed_case,
     pipe,
+    xarray_pipe,
 )
 from tests.correctness._round2_cases import CASES as SECOND_ROUND
 
@@ -56,6 +57,20 @@ def _edit_zarr(directory: Path) -> None:
 
     z = zarr.open_array(zarr.storage.LocalStore(directory / "data.zarr"), mode="r+")
     z[12, 0] = -100.0  # one chunk file rewritten, same path
+
+
+def _write_netcdf(directory: Path, offset: float = 0.0) -> None:
+    import pandas as pd
+    import xarray as xr
+
+    time = pd.date_range("2000-01-01", periods=12, freq="6h")
+    values = np.arange(36.0).reshape(12, 3) + offset
+    xr.Dataset({"temp": (("time", "x"), values)}, coords={"time": time}).to_netcdf(
+        directory / "data.nc", engine="h5netcdf")
+
+
+def _edit_netcdf(directory: Path) -> None:
+    _write_netcdf(directory, offset=0.5)  # same path, same size
 
 
 def _write_csv(directory: Path) -> None:
@@ -430,6 +445,34 @@ CASES += [Case(f"helper edit through {api}", {"pipe.py": api_pipe(expr, 2)},
 
 
 CASES += SECOND_ROUND  # issue 10's value, version, path and IO cases
+
+# xarray (issue 18): the input file, the function, the coordinates.
+XARRAY_OPEN = ("ds = xr.open_dataset(os.path.join(HERE, 'data.nc'), engine='h5netcdf', "
+               "chunks={'time': 4})")
+XARRAY_UFUNC = ("result = xr.apply_ufunc(detrend, ds.temp, input_core_dims=[['x']], "
+                "output_core_dims=[['x']], dask='parallelized', output_dtypes=[float])")
+CASES += [
+    Case("xarray NetCDF file content (same path)",
+         {"pipe.py": xarray_pipe(f"{XARRAY_OPEN}\nresult = ds.temp.resample(time='1D').mean()")},
+         recompute=MAIN, data=_write_netcdf, edit_data=_edit_netcdf),
+    Case("xarray function applied with apply_ufunc",
+         {"pipe.py": xarray_pipe(f"{XARRAY_OPEN}\n{XARRAY_UFUNC}")},
+         {"pipe.py": xarray_pipe(f"{XARRAY_OPEN}\n{XARRAY_UFUNC}",
+                                 detrend="v - v.max(axis=-1, keepdims=True)")},
+         recompute=None, data=_write_netcdf),
+    Case("xarray coordinate values that regroup a resample",
+         {"pipe.py": xarray_pipe("ds = dataset().chunk({'time': 4})\n"
+                                 "result = ds.temp.resample(time='1D').sum()")},
+         {"pipe.py": xarray_pipe("ds = dataset().chunk({'time': 4})\n"
+                                 "result = ds.temp.resample(time='1D').sum()",
+                                 start="2000-01-01T12:00")},
+         recompute=None),
+    Case("xarray coordinate labels only (same data)",
+         {"pipe.py": xarray_pipe("ds = dataset().chunk({'time': 4})\nresult = ds.temp * 2")},
+         {"pipe.py": xarray_pipe("ds = dataset().chunk({'time': 4})\nresult = ds.temp * 2",
+                                 labels=("a", "b", "d"))},
+         recompute=None),
+]
 
 
 def check_unique() -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["EVERYTHING", "MAIN", "Case", "api_pipe", "array_pipe", "delayed_case",
-           "imported_project", "key_name", "pipe"]
+           "imported_project", "key_name", "pipe", "xarray_pipe"]
 
 MAIN = "main"  # every task outside the side branch recomputes
 EVERYTHING = "everything"  # every task recomputes (a new namespace)
@@ -218,3 +218,42 @@ def build():
 
 def api_pipe(expr: str, k: int) -> str:
     return API_PIPE.format(k=k, expr=expr, side=SIDE)
+
+
+# xarray: a dataset opened from a file or built in memory, with coordinates.
+XARRAY_PIPE = '''\
+import os
+
+import dask
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+START = {start!r}
+LABELS = {labels!r}
+
+
+def dataset():
+    time = pd.date_range(START, periods=12, freq="6h")
+    values = np.arange(36.0).reshape(12, 3)
+    return xr.Dataset({{"temp": (("time", "x"), values)}},
+                      coords={{"time": time, "x": LABELS}})
+
+
+def detrend(v):
+    return {detrend}
+
+
+{side}
+
+def build():
+{body}
+    return [result, side()]
+'''
+
+
+def xarray_pipe(body: str, *, start: str = "2000-01-01", labels: tuple = ("a", "b", "c"),
+                detrend: str = "v - v.mean(axis=-1, keepdims=True)") -> str:
+    return XARRAY_PIPE.format(start=start, labels=list(labels), detrend=detrend, side=SIDE,
+                              body=textwrap.indent(textwrap.dedent(body).strip(), "    "))

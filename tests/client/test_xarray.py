@@ -1,0 +1,79 @@
+"""xarray through ``cached_compute`` (issue 18): what ``ds.compute()`` returns, hits, file
+edits, and array chunks stored as Zarr arrays like dask arrays' chunks. The corpus
+(``_corpus_xarray``) runs the same kinds of expressions cold and warm in fresh processes;
+the mutation suite edits files, functions and coordinates."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from client_lib import cached_compute, last_report, task_hashes
+from tests.client._corpus_xarray import NETCDF_ENGINE, dataset
+
+
+def _open(path: Path) -> xr.Dataset:
+    return xr.open_dataset(path, engine=NETCDF_ENGINE, chunks={"time": 4})
+
+
+def test_netcdf_dataset_equals_compute_then_loads(cache_server, tmp_path):
+    path = tmp_path / "in.nc"
+    dataset().to_netcdf(path, engine=NETCDF_ENGINE)
+    ns = uuid.uuid4().hex
+    expr = _open(path).groupby("time.day").mean()
+    expected = expr.compute()
+    (cold,) = cached_compute(expr, cache=cache_server.url, namespace=ns)
+    (warm,) = cached_compute(_open(path).groupby("time.day").mean(), cache=cache_server.url,
+                             namespace=ns)
+    assert last_report().loaded == 1 and last_report().computed == 0
+    for value in (cold, warm):
+        assert isinstance(value, xr.Dataset)
+        xr.testing.assert_identical(value, expected)
+
+
+def test_editing_the_file_recomputes(cache_server, tmp_path):
+    path = tmp_path / "in.nc"
+    dataset().to_netcdf(path, engine=NETCDF_ENGINE)
+    ns = uuid.uuid4().hex
+    (before,) = cached_compute(_open(path).temp.sum(), cache=cache_server.url, namespace=ns)
+    # Same path, same size; a new file moved into place, as the old one may still be open
+    # in xarray's file cache (HDF5 refuses to write a file it holds open).
+    dataset(offset=1.0).to_netcdf(tmp_path / "new.nc", engine=NETCDF_ENGINE)
+    (tmp_path / "new.nc").replace(path)
+    (after,) = cached_compute(_open(path).temp.sum(), cache=cache_server.url, namespace=ns)
+    assert last_report().loaded == 0
+    assert float(after) == pytest.approx(float(before) + dataset().temp.size)
+
+
+def test_file_managers_hash_by_file_not_by_their_random_id(tmp_path):
+    """Each ``open_dataset`` makes a file manager with a new random ``manager_id``."""
+    path = tmp_path / "in.nc"
+    dataset().to_netcdf(path, engine=NETCDF_ENGINE)
+    first, second = task_hashes(_open(path).temp), task_hashes(_open(path).temp)
+    assert None not in first.values()
+    assert sorted(first.values()) == sorted(second.values())
+
+
+def test_coordinates_are_part_of_the_result_hash():
+    ds = dataset().chunk({"time": 4})
+    relabelled = ds.assign_coords(x=["a", "b", "z"])
+    shifted = ds.assign_coords(time=ds.time + pd.Timedelta("1h"))
+    hashes = [set(task_hashes(d.temp * 2).values()) for d in (ds, relabelled, shifted)]
+    assert hashes[0] != hashes[1] and hashes[0] != hashes[2] and hashes[1] != hashes[2]
+
+
+@pytest.mark.slow
+def test_large_chunks_are_stored_as_zarr_arrays(fresh_server, tmp_path):
+    data_dir = tmp_path / "server"
+    server = fresh_server(data_dir=data_dir)
+    values = np.random.default_rng(1).random((4, 200, 400))  # chunks of 640 KB x 2 = 1.3 MB
+    ds = xr.Dataset({"v": (("t", "y", "x"), values)}).chunk({"t": 2})
+    (cold,) = cached_compute(ds.v + 1, cache=server.url, namespace="z", policy="all")
+    xr.testing.assert_identical(cold, (ds.v + 1).compute())
+    zarr_objects = list((data_dir / "objects" / "zarr").glob("*/*/zarr.json"))
+    assert len(zarr_objects) >= 2  # the two chunks of v + 1, as Zarr arrays
