@@ -34,7 +34,10 @@ class Metrics:
         self.misses = Counter(
             "result_cache_misses", "hashes looked up and not found", registry=self.registry
         )
-        self.hits = Counter("result_cache_hits", "objects served", registry=self.registry)
+        self.hits = Counter(
+            "result_cache_hits", "hashes looked up and found", registry=self.registry
+        )
+        self.served = Counter("result_cache_served", "objects served", registry=self.registry)
         self.stores = Counter("result_cache_stores", "entries stored", registry=self.registry)
         self.corrupt = Counter(
             "result_cache_corrupt", "entries dropped as missing or corrupt", registry=self.registry

@@ -72,14 +72,21 @@ class EntryList(BaseModel):
 
 
 class Stats(BaseModel):
-    hits: int
-    misses: int
+    """The cache's counters. A lookup asks for hashes; each is ``found`` or a ``miss``;
+    ``served`` counts objects read back (a found hash may be served any number of times,
+    or never: its run may fail before the load)."""
+
+    hits: int = Field(description="hashes looked up and found (the same as found)")
+    found: int = Field(default=0, description="hashes looked up and found")
+    served: int = Field(default=0, description="objects served (successful GETs)")
+    misses: int = Field(description="hashes looked up and not found")
     lookups: int
     stores: int
     entries: int
     bytes: int = Field(description="sum of nbytes over indexed entries")
-    hit_rate: float = Field(description="hits / (hits + misses), 0 when both are 0")
-    saved_seconds: float = Field(description="compute seconds of every hit served")
+    hit_rate: float = Field(description="found / (found + misses): the hit rate of lookups, "
+                            "0 when both are 0")
+    saved_seconds: float = Field(description="compute seconds of every object served")
     deletes: int
     corrupt: int
     evictions: int = Field(description="entries evicted to respect max_bytes")

@@ -16,13 +16,15 @@ from collections.abc import Callable, Hashable, Set
 from typing import Any
 
 import dask.config
-from dask._task_spec import GraphNode
+from dask._task_spec import GraphNode, Task
 from dask.base import get_scheduler, unpack_collections
 
 from .errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
     CacheEntryUntrusted,
+    CacheProtocolError,
+    CacheServerLost,
     ResultCacheError,
 )
 from .graph import Materialized, materialize, paused_gc, toposort, unfuse
@@ -34,7 +36,7 @@ from .policy import resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .signing import SigningKey, configured_key
-from .tasks import StoreRun, pop_counts
+from .tasks import StoreRun, pop_counts, server_lost
 from .transport import CacheClient
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
@@ -110,7 +112,11 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     no_stores = read_only()
     refresh = refresh_requested(refresh) and not no_stores
     store_policy = resolve_policy("none" if no_stores else policy)
-    client = resolve_cache(cache)
+    try:
+        client = resolve_cache(cache)
+        bad_url = None
+    except ValueError as exc:  # a malformed URL is a cache problem: warn and compute
+        client, bad_url = None, str(exc)
     schedule = _get_scheduler(scheduler, collections)
     report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
     set_last_report(report)
@@ -126,9 +132,10 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         m = materialize(collections, optimize_graph, finalize=finalize)
     lap("materialize")
     if client is None:
-        report.fallback = "no cache configured (set result-cache.url or pass cache=)"
+        report.fallback = bad_url or "no cache configured (set result-cache.url or pass cache=)"
         warn_once(f"cached_compute: {report.fallback}; computing without the cache",
-                  key="cached_compute: no cache", user_warning=True)
+                  key=f"cached_compute: {bad_url or 'no cache'}", user_warning=True)
+        _computed_without_cache(report, unfuse(m).graph)
         return _run(schedule, m.graph, m, compute_kwargs), m
 
     fused = m
@@ -145,10 +152,13 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     try:
         hits = client.lookup(cacheable_hashes)
     except ResultCacheError as exc:
-        problem = "refused access" if isinstance(exc, CacheAccessDenied) else "unreachable"
+        problem = ("refused access" if isinstance(exc, CacheAccessDenied) else
+                   "answered outside the protocol" if isinstance(exc, CacheProtocolError)
+                   else "unreachable")
         report.fallback = f"cache server {problem} ({exc})"
         warn_once(f"cached_compute: {report.fallback}; computing without the cache",
                   key=f"cached_compute: {client.url}", user_warning=True)
+        _computed_without_cache(report, m.graph)
         return _run(schedule, fused.graph, fused, compute_kwargs), fused
     lap("lookup")
 
@@ -196,6 +206,17 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
                           "recomputed; counted as untrusted in the run report and the "
                           "server's stats", key=f"untrusted: {client.url}", user_warning=True)
                 continue
+            except CacheServerLost as exc:
+                # One failure is enough: no loads, no stores, no retries against a server
+                # that went away during the run; everything computes once more.
+                report.fallback = f"cache server lost during the run ({exc.reason})"
+                warn_once(f"cached_compute: {report.fallback}; computing the rest of the run "
+                          "without the cache", key=f"server lost: {client.url}",
+                          user_warning=True)
+                _computed_without_cache(report, m.graph)
+                results = _run(schedule, fused.graph, fused, compute_kwargs)
+                lap("run")
+                return results, fused
             except CacheEntryUnavailable as exc:
                 logger.warning("cached_compute: %s; recomputing without it", exc)
                 distrusted.add(exc.task_hash)
@@ -214,13 +235,17 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             if digest is not None and key in hashes.hashes:
                 remember(owner, future.key, digest)
     counts = pop_counts(run.run_id)
-    if _is_local(schedule):
-        report.stored = counts.get("stored", 0)
-        report.waited_loaded = counts.get("waited-loaded", 0)
-    elif report.waited and owner is not None and compute_kwargs.get("sync", True):
+    if not _is_local(schedule) and owner is not None and compute_kwargs.get("sync", True):
+        # The workers stored: ask them (one call) rather than print "stored ?".
         from .distributed import worker_counts
 
-        report.waited_loaded = worker_counts(owner, run.run_id).get("waited-loaded", 0)
+        counts = worker_counts(owner, run.run_id)
+    if _is_local(schedule) or counts:
+        report.stored = counts.get("stored", 0)
+        report.waited_loaded = counts.get("waited-loaded", 0)
+    lost = server_lost(run.run_id)
+    if lost is not None and report.fallback is None:
+        report.fallback = f"cache server failed during the run, later stores skipped ({lost})"
     report.loaded += report.waited_loaded
     report.computed -= report.waited_loaded
     logger.info("%s", report)
@@ -275,6 +300,17 @@ def refresh_requested(refresh: bool | None) -> bool:
     if not isinstance(refresh, bool):
         raise TypeError(f"refresh must be True or False, not {refresh!r}")
     return refresh
+
+
+def _computed_without_cache(report: CacheReport, graph: dict[Key, GraphNode]) -> None:
+    """The counts of a run that bypassed the cache: every task of ``graph`` (unfused)
+    computed, nothing loaded, culled or stored."""
+    report.tasks = report.tasks or len(graph)
+    report.computed_keys = [k for k, node in graph.items() if isinstance(node, Task)]
+    report.computed = len(report.computed_keys)
+    report.hits = report.loaded = report.culled = report.store_candidates = 0
+    report.loaded_keys = []
+    report.stored = 0
 
 
 def _root_reasons(volatile: dict[Key, str]) -> list[str]:

@@ -20,14 +20,20 @@ DOWN_SECONDS = 10.0
 
 
 def normalize_urls(spec: str) -> str:
-    """``spec`` with each URL stripped of blanks and a trailing slash; raises ``ValueError``
-    for an empty entry or one that is not http(s)."""
-    urls = [part.strip().rstrip("/") for part in spec.split(",")]
+    """``spec`` with each URL stripped of blanks, a trailing slash and a trailing ``/v1``
+    (the API's prefix, which every request path adds); raises ``ValueError`` for an empty
+    entry or one that is not http(s)."""
+    urls = [_base_url(part) for part in spec.split(",")]
     for url in urls:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"cache URL must start with http:// or https://, got {url!r}"
                              + (f" in {spec!r}" if len(urls) > 1 else ""))
     return ",".join(urls)
+
+
+def _base_url(url: str) -> str:
+    url = url.strip().rstrip("/")
+    return url.removesuffix("/v1") if url.endswith("/v1") else url
 
 
 class Endpoints:

@@ -8,6 +8,7 @@ __all__ = [
     "CacheEntryUnavailable",
     "CacheEntryUntrusted",
     "CacheProtocolError",
+    "CacheServerLost",
     "CacheUnavailable",
     "ResultCacheError",
     "VolatileValue",
@@ -61,6 +62,12 @@ class CacheEntryUntrusted(CacheEntryUnavailable):
     """A load task found its entry without a valid signature for ``result-cache.signing-key``
     (docs/protocol.md, "Signed results"): nothing was unpickled, the entry is left alone,
     and ``cached_compute`` recomputes the task and counts it as ``untrusted``."""
+
+
+class CacheServerLost(CacheEntryUnavailable):
+    """A load task could not reach the cache server (it answered the lookup, then went
+    away or failed): ``cached_compute`` stops using the server for the rest of the run and
+    computes everything once, without loads or stores."""
 
 
 class CacheEntryCorrupt(CacheEntryUnavailable):

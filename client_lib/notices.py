@@ -2,8 +2,10 @@
 
 A cache problem never fails a computation, and it must not be silent either; nor may it
 repeat for every task of a large graph. The first occurrence of a problem is a WARNING
-record on the ``client_lib`` logger (and, where the user's own call should show it, a
-``RuntimeWarning``); later occurrences are INFO records. Thread safe: stores report
+record on the ``client_lib`` logger or, where the user's own call should show it, a
+``RuntimeWarning`` with an INFO record (not both at WARNING: Python prints a WARNING record
+on stderr even without logging configured, so the user would read it twice); later
+occurrences are INFO records. Thread safe: stores report
 from Dask's worker threads.
 """
 
@@ -34,4 +36,6 @@ def warn_once(message: str, *, key: str | None = None, user_warning: bool = Fals
         return
     if user_warning:
         warnings.warn(message, RuntimeWarning, stacklevel=stacklevel + 1)
+        logger.info(message)
+        return
     logger.warning(message)

@@ -52,12 +52,15 @@ class CacheReport:
     seconds: dict[str, float] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        stored = "?" if self.stored is None else self.stored
+        if self.stored is None:  # a process pool: its stores are not counted here
+            stored = f"{self.store_candidates} store candidates (stores not counted)"
+        else:
+            stored = f"stored {self.stored} of {self.store_candidates} candidates"
         lines = [
             f"result cache {self.cache_url or '(none)'} namespace={self.namespace!r}",
             f"  tasks {self.tasks}: cacheable {self.cacheable}, hits {self.hits}, "
             f"loaded {self.loaded}, culled {self.culled}, computed {self.computed}, "
-            f"stored {stored} of {self.store_candidates} candidates, "
+            f"{stored}, "
             f"volatile {self.volatile}",
         ]
         for reason, n in self.volatile_reasons.most_common(10):

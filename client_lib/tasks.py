@@ -24,7 +24,13 @@ from typing import Any
 from dask.sizeof import sizeof
 
 from . import codec
-from .errors import CacheAccessDenied, CacheEntryUnavailable, CacheUnavailable, ResultCacheError
+from .errors import (
+    CacheAccessDenied,
+    CacheEntryUnavailable,
+    CacheServerLost,
+    CacheUnavailable,
+    ResultCacheError,
+)
 from .handles import is_handle
 from .leases import LeaseKeeper, wait_for_holder
 from .notices import warn_once
@@ -32,13 +38,16 @@ from .policy import Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
 from .transport import CacheClient
 
-__all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group"]
+__all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group", "server_lost"]
 
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
 # task hash -> warnings it and the tasks upstream of it raised here (or loaded with it)
 _chain_warnings: dict[str, tuple[RecordedWarning, ...]] = {}
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+# runs whose server failed a store in this process: their later stores skip the upload
+_lost_runs: dict[str, str] = {}
+_LOST_LIMIT = 10_000
 _lock = threading.Lock()
 
 
@@ -107,10 +116,24 @@ def pop_counts(run_id: str) -> dict[str, int]:
         return dict(_run_counts.pop(run_id, {}))
 
 
+def server_lost(run_id: str) -> str | None:
+    """Why ``run_id`` stopped storing in this process (its server failed), or None."""
+    return _lost_runs.get(run_id)
+
+
+def _lose_server(run_id: str, reason: str) -> None:
+    with _lock:
+        if len(_lost_runs) >= _LOST_LIMIT:  # forgetting only costs one more failed request
+            _lost_runs.clear()
+        _lost_runs.setdefault(run_id, reason)
+
+
 def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                  raised: list[RecordedWarning]) -> bool:
     """Offer a computed value to the policy; store it if chosen. Never raises; True if the
     server holds the value now."""
+    if spec.run.run_id in _lost_runs:
+        return False  # the server failed this run already: never wait on it again
     try:
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
@@ -124,14 +147,18 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                               sizeof(value), spec.is_output)
         if spec.overwrite or run.policy.should_store(candidate):
             payload = _encoded(value, warned)
-            if run.cache.put(spec.task_hash, payload, seconds + upstream, spec.label,
+            # The entry records the task's own time (the chain is only this run's estimate
+            # of what recomputing costs, for the policy).
+            if run.cache.put(spec.task_hash, payload, seconds, spec.label,
                              ttl=spec.ttl, overwrite=spec.overwrite):
                 count(run.run_id, "stored")
                 return True
             if spec.overwrite:  # no room for the new value: never serve the old one
                 run.cache.delete(spec.task_hash)
     except CacheUnavailable as exc:
-        warn_once(f"result cache: storing results failed, continuing without: {exc}")
+        _lose_server(spec.run.run_id, str(exc))
+        warn_once(f"result cache: storing results failed; this run stores nothing more: "
+                  f"{exc}", key=f"store failed: {spec.run.cache.url}")
     except CacheAccessDenied as exc:  # one message per server and problem
         warn_once(f"result cache: {spec.run.cache.url} refused to store results "
                   f"({exc.status}: {exc.hint}); continuing without storing")
@@ -231,6 +258,8 @@ def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
         value = cache.get(task_hash)
     except CacheEntryUnavailable:
         raise
+    except CacheUnavailable as exc:
+        raise CacheServerLost(task_hash, str(exc)) from None
     except ResultCacheError as exc:
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
     value, warned = unwrap(value)

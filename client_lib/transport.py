@@ -482,8 +482,14 @@ def _own_key() -> SigningKey | None:
 
 
 def _detail(response: httpx.Response) -> str:
-    try:
-        response.read()
-        return str(response.json().get("detail", ""))[:500]
-    except Exception:
-        return response.text[:200] if hasattr(response, "text") else ""
+    """The server's reason, for a message: the ``detail`` of a JSON error, else a short
+    note of what answered (never a page of HTML from whatever listens at that address)."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip()
+    if kind == "application/json":
+        try:
+            response.read()
+            return str(response.json().get("detail", ""))[:500]
+        except Exception:  # noqa: S110 - falls through to the note below
+            pass
+    return (f"(a {kind or 'body without a content type'} answer, not the cache's JSON: is "
+            "this a result cache server?)")

@@ -27,11 +27,16 @@ def _age(seconds: float) -> str:
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True,
               help="most entries to list")
 @click.option("--all", "everything", is_flag=True, help="list every entry (ignores --limit)")
+@click.option("--after", "cursor", default=None,
+              help="continue a listing that stopped at --limit (the cursor it printed)")
 @click.option("--json", "as_json", is_flag=True, help="one JSON manifest per line")
 def ls(server: ServerConnection, label: str | None, limit: int, everything: bool,
-       as_json: bool) -> None:
-    """List entries: hash, label, kind, size, compute seconds, hits, last access, pin."""
-    shown, cursor, now = 0, None, time.time()
+       cursor: str | None, as_json: bool) -> None:
+    """List entries: hash, label, kind, size, compute seconds, hits, last access, pin.
+
+    A listing that stops at --limit with entries left says so on stderr, with the
+    command that lists the next ones."""
+    shown, now = 0, time.time()
     if not as_json:
         click.echo(f"{'hash':32}  {'label':20} {'kind':7} {'bytes':>12} {'seconds':>9} "
                    f"{'hits':>6} {'idle':>5}  pin")
@@ -54,4 +59,10 @@ def ls(server: ServerConnection, label: str | None, limit: int, everything: bool
                        f"{'yes' if entry.get('pinned') else ''}")
         cursor = page["next_cursor"]
         if not cursor:
-            break
+            return
+    params = {"limit": 1, "cursor": cursor} | ({"label": label} if label is not None else {})
+    if not server.request("GET", "/v1/entries", params=params).json()["entries"]:
+        return  # the limit fell on the last entry
+    # Never silently capped: say where the listing stopped and how to go on.
+    click.echo(f"listed {shown} entries (--limit {limit}); more remain: continue with "
+               f"`dask-cache ls --after {cursor}`, or list them all with --all", err=True)

@@ -47,7 +47,7 @@ from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, Stats
 __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
 _COUNTERS = (
-    "hits", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
+    "found", "served", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
     "stored_bytes", "untrusted", "expired", "overwrites",
 )  # fmt: skip
 #: Why an entry is removed (its event kind) -> the counter it adds to.
@@ -102,7 +102,8 @@ class RedisIndex:
     async def lookup(self, hashes: Sequence[str]) -> list[str]:
         """The indexed subset of ``hashes`` (distinct, in order), with one SMISMEMBER.
 
-        Counts every distinct hash in ``lookups`` and the absent ones in ``misses``.
+        Counts every distinct hash in ``lookups``, the present ones in ``found`` and the
+        absent ones in ``misses``.
         """
         unique = list(dict.fromkeys(hashes))
         if not unique:
@@ -115,6 +116,8 @@ class RedisIndex:
         missing = len(unique) - len(found)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hincrby(self._stats, "lookups", len(unique))
+            if found:
+                pipe.hincrby(self._stats, "found", len(found))
             if missing:
                 pipe.hincrby(self._stats, "misses", missing)
             self._add_event(pipe, "lookup", found=len(found), missing=missing)
@@ -125,8 +128,8 @@ class RedisIndex:
         """One byte per hash, 1 if indexed, for 32-character hashes sent back to back
         (already validated), with one SMISMEMBER built straight from the buffer.
 
-        Counts every hash in ``lookups`` and the absent ones in ``misses``: senders send
-        each hash once. Expired entries answer 0.
+        Counts every hash in ``lookups``, the present ones in ``found`` and the absent ones
+        in ``misses``: senders send each hash once. Expired entries answer 0.
         """
         if not packed:
             return b""
@@ -138,6 +141,8 @@ class RedisIndex:
         found = answer.count(1)
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hincrby(self._stats, "lookups", asked)
+            if found:
+                pipe.hincrby(self._stats, "found", found)
             if asked > found:
                 pipe.hincrby(self._stats, "misses", asked - found)
             self._add_event(pipe, "lookup", found=found, missing=asked - found)
@@ -367,10 +372,11 @@ class RedisIndex:
         return Manifest.model_validate_json(text)
 
     async def record_hit(self, manifest: Manifest, now: float | None = None) -> None:
-        """Count a served hit: hits, saved seconds, access time, event (one transaction)."""
+        """Count an object served: ``served``, saved seconds, the entry's hit count and
+        access time, a ``hit`` event (one transaction)."""
         now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self._stats, "hits", 1)
+            pipe.hincrby(self._stats, "served", 1)
             # (bounded: an entry stored before uploads were checked cannot make it infinite)
             saved = min(manifest.compute_seconds, MAX_COMPUTE_SECONDS)
             pipe.hincrbyfloat(self._stats, "saved_seconds", saved)
@@ -468,12 +474,13 @@ class RedisIndex:
             pipe.scard(self._pinned)
             counters, entries, pinned = await pipe.execute()
         values: dict[str, Any] = {name: int(counters.get(name, 0)) for name in _COUNTERS}
-        hits, misses = values["hits"], values["misses"]
+        found, misses = values["found"], values["misses"]
         return Stats(
             **values,
+            hits=found,
             entries=int(entries),
             pinned=int(pinned),
-            hit_rate=hits / (hits + misses) if hits + misses else 0.0,
+            hit_rate=found / (found + misses) if found + misses else 0.0,
             saved_seconds=float(counters.get("saved_seconds", 0.0)),
         )
 

@@ -92,6 +92,7 @@ class ResultCache:
         unique = list(dict.fromkeys(hashes))
         found = await self.index.lookup(unique)
         self.metrics.lookups.inc(len(unique))
+        self.metrics.hits.inc(len(found))
         self.metrics.misses.inc(len(unique) - len(found))
         return found
 
@@ -99,6 +100,7 @@ class ResultCache:
         """Presence flags for packed hashes (see :meth:`RedisIndex.lookup_packed`)."""
         answer = await self.index.lookup_packed(packed)
         self.metrics.lookups.inc(len(answer))
+        self.metrics.hits.inc(answer.count(1))
         self.metrics.misses.inc(len(answer) - answer.count(1))
         return answer
 
@@ -269,7 +271,7 @@ class ResultCache:
             await self.index.record_hit(manifest)
         except RedisError as exc:  # the value is verified: a lost hit count must not lose it
             logger.warning("could not count a hit of %s: %s", task_hash, exc)
-        self.metrics.hits.inc()
+        self.metrics.served.inc()
         self.metrics.bytes_sent.inc(stored.body.nbytes)
         return manifest, stored
 

@@ -25,7 +25,9 @@ def test_found_subset_in_request_order_duplicates_once(client: httpx.Client, sta
     after = stats()
     assert after["lookups"] - before["lookups"] == 5  # distinct hashes asked
     assert after["misses"] - before["misses"] == 2
-    assert after["hits"] == before["hits"]  # hits are counted on GET
+    assert after["found"] - before["found"] == 3  # hits are lookups found
+    assert after["hits"] - before["hits"] == 3
+    assert after["served"] == before["served"]  # objects served are counted on GET
 
 
 def test_empty_lookup(client: httpx.Client) -> None:
@@ -92,6 +94,7 @@ def test_packed_lookup_answers_one_flag_per_hash_in_order(client: httpx.Client, 
     after = stats()
     assert after["lookups"] - before["lookups"] == 5
     assert after["misses"] - before["misses"] == 2
+    assert after["found"] - before["found"] == 3
     assert client.post("/v1/lookup/packed", content=b"", headers=PACKED).content == b""
 
 

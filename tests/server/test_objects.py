@@ -76,12 +76,12 @@ def test_head(client: httpx.Client, stats) -> None:
     encoded = encode_array(np.ones(5))
     task_hash = new_hash()
     put(client, task_hash, encoded)
-    hits = stats()["hits"]
+    served = stats()["served"]
     head = client.head(f"/v1/objects/{task_hash}")
     assert head.status_code == 200 and head.content == b""
     assert head.headers["Content-Length"] == "40"
     assert head.headers["X-Result-Digest"] == encoded.digest
-    assert stats()["hits"] == hits  # HEAD is not a hit
+    assert stats()["served"] == served  # HEAD serves nothing
     assert client.head(f"/v1/objects/{new_hash()}").status_code == 404
 
 
@@ -214,7 +214,7 @@ def test_corrupt_object_is_dropped_and_404(
     response = client.get(f"/v1/objects/{task_hash}")
     assert response.status_code == 404
     after = stats()
-    assert after["corrupt"] == before["corrupt"] + 1 and after["hits"] == before["hits"]
+    assert after["corrupt"] == before["corrupt"] + 1 and after["served"] == before["served"]
     assert client.get(f"/v1/entries/{task_hash}").status_code == 404
     assert task_hash not in client.post("/v1/lookup", json={"hashes": [task_hash]}).json()["found"]
     assert not directory.exists()

@@ -50,7 +50,8 @@ async def test_an_entry_from_store_to_delete(make_app: MakeApp) -> None:
     listed = (await client.get("/v1/entries", params={"label": "step"})).json()
     assert [e["hash"] for e in listed["entries"]] == [task_hash] and listed["next_cursor"] is None
     stats = (await client.get("/v1/stats")).json()
-    assert (stats["entries"], stats["stores"], stats["hits"], stats["pinned"]) == (1, 1, 1, 1)
+    assert (stats["entries"], stats["stores"], stats["served"], stats["pinned"]) == (1, 1, 1, 1)
+    assert (stats["found"], stats["hits"], stats["misses"]) == (2, 2, 2)
     kinds = [e["kind"] for e in (await client.get("/v1/events")).json()["events"]]
     assert kinds == ["lookup", "lookup", "hit", "store"]
     assert (await client.delete(f"/v1/entries/{task_hash}")).status_code == 204

@@ -69,8 +69,9 @@ async def test_store_load_delete(make_cache: MakeCache) -> None:
     loaded, stored = await cache.load(manifest.hash)
     assert bytes(stored.body) == encoded.body and loaded.hash == manifest.hash
     stats = await cache.stats()
-    assert (stats.stores, stats.hits, stats.saved_seconds) == (1, 1, 2.5)
-    assert cache.metrics.registry.get_sample_value("result_cache_hits_total") == 1
+    assert (stats.stores, stats.served, stats.saved_seconds) == (1, 1, 2.5)
+    assert stats.found == stats.hits == 0  # nothing was looked up
+    assert cache.metrics.registry.get_sample_value("result_cache_served_total") == 1
     await cache.delete(manifest.hash)
     with pytest.raises(EntryNotFound):
         await cache.load(manifest.hash)
