@@ -17,7 +17,6 @@ import warnings
 from pathlib import Path
 
 import dask
-import dask.array as da
 import httpx
 import pytest
 from click.testing import CliRunner
