@@ -311,6 +311,8 @@ def test_no_cache_configured_computes_with_a_warning():
     with dask.config.set({"result-cache.url": None}):
         with pytest.warns(RuntimeWarning, match="no cache configured"):
             assert cached_compute(dask.delayed(sum)([1, 2]), scheduler="threads") == (3,)
+    report = last_report()  # it says what it did, not computed=0
+    assert (report.tasks, report.computed, report.loaded) == (1, 1, 0)
 
 
 def test_unstorable_result_is_returned_and_not_stored(cache_server):

@@ -35,14 +35,6 @@ def _chain():
     return dask.delayed(sum, pure=True)(b)
 
 
-def test_a_run_without_a_cache_reports_what_it_computed():
-    with dask.config.set({"result-cache.url": None}):
-        with pytest.warns(RuntimeWarning, match="no cache configured"):
-            assert cached_compute(_chain(), scheduler="threads") == (90,)
-    report = last_report()
-    assert (report.tasks, report.computed, report.loaded) == (3, 3, 0)
-
-
 def test_a_run_whose_server_is_down_reports_what_it_computed():
     url = f"http://127.0.0.1:{free_port()}"
     with pytest.warns(RuntimeWarning, match="unreachable"):
