@@ -53,6 +53,11 @@ class Metrics:
         self.bytes_received = Counter(
             "result_cache_received_bytes", "object body bytes received", registry=self.registry
         )
+        self.uploads_refused = Counter(
+            "result_cache_uploads_refused",
+            "uploads answered 503 because max_uploads were in flight",
+            registry=self.registry,
+        )
         self.bytes_sent = Counter(
             "result_cache_sent_bytes", "object body bytes served", registry=self.registry
         )

@@ -59,6 +59,8 @@ async def open_cache(
             settings.max_body_bytes,
             settings.max_bytes,
             settings.max_lease_hashes,
+            settings.max_uploads,
+            settings.body_timeout,
         )
     finally:
         if client is not None:

@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=16 * 2**30, gt=0, description="largest object body accepted"
     )
+    max_uploads: int = Field(
+        default=64, gt=0,
+        description="uploads in flight at once; more are answered 503 with Retry-After",
+    )
+    body_timeout: float = Field(
+        default=30.0, gt=0,
+        description="seconds an upload may send nothing before it is aborted (408)",
+    )
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     max_lease_hashes: int = Field(
         default=100_000, gt=0, description="most hashes in one lease request"

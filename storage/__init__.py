@@ -10,7 +10,15 @@ from storage._blob import BlobStore
 from storage._local import ZARR_MIN_BYTES, LocalStorage
 from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
-from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
+from storage.base import (
+    Buffer,
+    ObjectStore,
+    ObjectWriter,
+    PutResult,
+    Sidecar,
+    StoredObject,
+    TaskReference,
+)
 from storage.errors import (
     BodySizeMismatch,
     CorruptObject,
@@ -35,6 +43,7 @@ __all__ = [
     "ObjectHeader",
     "ObjectNotFound",
     "ObjectStore",
+    "ObjectWriter",
     "ParquetStore",
     "PutResult",
     "Sidecar",

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage._body import BodyReader
-from storage._directory import DirectoryStore, read_file, write_file
+from storage._directory import DirectoryStore, FilePayload, Payload, read_file
 from storage.base import Sidecar
 from storage.errors import CorruptObject
 from storage.header import ObjectHeader
@@ -29,8 +28,8 @@ class BlobStore(DirectoryStore):
     def accepts(self, header: ObjectHeader) -> bool:
         return True
 
-    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
-        write_file(directory / BLOB_NAME, header.digest_prefix(), body)
+    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+        return FilePayload(directory / BLOB_NAME, header.digest_prefix())
 
     def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
         view = read_file(directory / BLOB_NAME)
@@ -38,3 +37,4 @@ class BlobStore(DirectoryStore):
         if view[: len(prefix)] != prefix:
             raise CorruptObject(f"blob {sidecar.digest} does not start with its header")
         return view[len(prefix) :]
+

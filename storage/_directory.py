@@ -15,8 +15,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from abc import abstractmethod
-from collections.abc import Iterable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 
 import xxhash
@@ -30,14 +30,38 @@ from storage._atomic import (
     remove_dir,
     replace_file,
 )
-from storage._body import BodyReader
-from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
+from storage._body import BodyCheck
+from storage.base import (
+    Buffer,
+    ObjectStore,
+    ObjectWriter,
+    PutResult,
+    Sidecar,
+    StoredObject,
+    TaskReference,
+)
 from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
 from storage.header import ObjectHeader, is_digest
 
-__all__ = ["DirectoryStore", "read_file", "write_file"]
+__all__ = ["DirectoryStore", "FilePayload", "Payload", "read_file"]
 
 SIDECAR_NAME = "sidecar.json"
+
+
+class Payload(ABC):
+    """A backend's payload being written into an object's temporary directory."""
+
+    @abstractmethod
+    def write(self, view: memoryview) -> None:
+        """Append checked bytes (``view`` is the caller's again once this returns)."""
+
+    @abstractmethod
+    def finish(self) -> None:
+        """The body is complete: write what is still buffered and close the files."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release files and buffers after a failure (the directory is removed anyway)."""
 
 
 class DirectoryStore(ObjectStore):
@@ -62,8 +86,8 @@ class DirectoryStore(ObjectStore):
     # -- payload, per backend ---------------------------------------------------------------
 
     @abstractmethod
-    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
-        """Write the whole body (iterate ``body`` to the end) into the empty ``directory``."""
+    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+        """Start writing a payload into the empty ``directory``."""
 
     @abstractmethod
     def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
@@ -77,47 +101,19 @@ class DirectoryStore(ObjectStore):
             raise ObjectNotFound(digest)
         return self.root / digest[:2] / digest
 
-    def put(
+    def open_writer(
         self,
         header: ObjectHeader,
-        chunks: Iterable[Buffer],
         *,
         digest: str,
         task: TaskReference,
         type_name: str | None = None,
-    ) -> PutResult:
+    ) -> ObjectWriter:
         if not self.accepts(header):
             raise InvalidHeader(f"{self.name} store cannot hold {header}")
         if not is_digest(digest):
             raise InvalidHeader(f"not a content digest: {digest!r}")
-        body = BodyReader(header, chunks, digest)
-        final = self.object_path(digest)
-        if final.is_dir():
-            # Already stored: the body must still prove it is what it claims to be.
-            body.drain()
-            body.verify()
-            return PutResult(self.add_task(digest, task), created=False)
-        temp = new_temp_dir(self.root, "put")
-        try:
-            self._write_payload(temp, header, body)
-            body.verify()
-            sidecar = Sidecar(
-                digest=digest,
-                header=header,
-                storage=self.name,
-                nbytes=body.nbytes,
-                type=type_name,
-                created=task.created or time.time(),
-                tasks={task.task_hash: task},
-            )
-            (temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
-            fsync_tree(temp)
-            with self._lock:
-                if publish_dir(temp, final):
-                    return PutResult(sidecar, created=True)
-                return PutResult(self._add_task_locked(digest, task), created=False)
-        finally:
-            remove_dir(temp)
+        return _DirectoryWriter(self, header, digest, task, type_name)
 
     def get(self, digest: str) -> StoredObject:
         sidecar = self.sidecar(digest)
@@ -216,14 +212,87 @@ class DirectoryStore(ObjectStore):
         return updated
 
 
-def write_file(path: Path, prefix: bytes, body: Iterable[memoryview]) -> None:
-    """Write ``prefix`` and then every piece of ``body`` into a new file (unbuffered)."""
-    with open(path, "wb", buffering=0) as f:
-        f.write(prefix)
-        for view in body:
-            while view:
-                written = f.write(view)
-                view = view[written:]
+class _DirectoryWriter(ObjectWriter):
+    """Writes under ``.tmp``, then verifies, fsyncs and renames into place. For a digest
+    already stored the body is only hashed (it must still prove what it claims)."""
+
+    def __init__(self, store: DirectoryStore, header: ObjectHeader, digest: str,
+                 task: TaskReference, type_name: str | None) -> None:
+        self._store = store
+        self._header = header
+        self._digest = digest
+        self._task = task
+        self._type_name = type_name
+        self._body = BodyCheck(header, digest)
+        self._temp: Path | None = None
+        self._payload: Payload | None = None
+        if not store.object_path(digest).is_dir():
+            self._temp = new_temp_dir(store.root, "put")
+            try:
+                self._payload = store._open_payload(self._temp, header)
+            except BaseException:
+                self.abort()
+                raise
+
+    def write(self, data: Buffer) -> None:
+        view = self._body.feed(data)
+        if self._payload is not None and view.nbytes:
+            self._payload.write(view)
+
+    def commit(self) -> PutResult:
+        store, digest, task = self._store, self._digest, self._task
+        try:
+            if self._payload is not None:
+                self._payload.finish()
+            self._body.verify()
+            if self._temp is None:  # already stored (or removed meanwhile: ObjectNotFound)
+                return PutResult(store.add_task(digest, task), created=False)
+            sidecar = Sidecar(
+                digest=digest,
+                header=self._header,
+                storage=store.name,
+                nbytes=self._body.nbytes,
+                type=self._type_name,
+                created=task.created or time.time(),
+                tasks={task.task_hash: task},
+            )
+            (self._temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
+            fsync_tree(self._temp)
+            with store._lock:
+                if publish_dir(self._temp, store.object_path(digest)):
+                    self._temp = None
+                    return PutResult(sidecar, created=True)
+                return PutResult(store._add_task_locked(digest, task), created=False)
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self._payload is not None:
+            self._payload.close()
+            self._payload = None
+        if self._temp is not None:
+            remove_dir(self._temp)
+            self._temp = None
+
+
+class FilePayload(Payload):
+    """A payload that is one file: ``prefix``, then each piece appended as it comes
+    (unbuffered: nothing held in memory)."""
+
+    def __init__(self, path: Path, prefix: bytes) -> None:
+        self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed by finish/close
+        self.write(memoryview(prefix))
+
+    def write(self, view: memoryview) -> None:
+        while view:
+            written = self._file.write(view)
+            view = view[written:]
+
+    def finish(self) -> None:
+        self._file.close()
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def read_file(path: Path) -> memoryview:

@@ -9,14 +9,14 @@ file (docs/architecture.md, "Storage and transport facts").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from storage._blob import BlobStore
 from storage._directory import DirectoryStore
 from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
-from storage.base import Buffer, ObjectStore, PutResult, Sidecar, StoredObject, TaskReference
+from storage.base import ObjectStore, ObjectWriter, Sidecar, StoredObject, TaskReference
 from storage.errors import ObjectNotFound
 from storage.header import ObjectHeader
 
@@ -56,17 +56,16 @@ class LocalStorage(ObjectStore):
     def accepts(self, header: ObjectHeader) -> bool:
         return True
 
-    def put(
+    def open_writer(
         self,
         header: ObjectHeader,
-        chunks: Iterable[Buffer],
         *,
         digest: str,
         task: TaskReference,
         type_name: str | None = None,
-    ) -> PutResult:
+    ) -> ObjectWriter:
         backend = self.backend_for(header)
-        return backend.put(header, chunks, digest=digest, task=task, type_name=type_name)
+        return backend.open_writer(header, digest=digest, task=task, type_name=type_name)
 
     def get(self, digest: str) -> StoredObject:
         return self._holder(digest).get(digest)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage._body import BodyReader
-from storage._directory import DirectoryStore, read_file, write_file
+from storage._directory import DirectoryStore, FilePayload, Payload, read_file
 from storage.base import Sidecar
 from storage.header import ObjectHeader
 
@@ -28,8 +27,8 @@ class ParquetStore(DirectoryStore):
     def accepts(self, header: ObjectHeader) -> bool:
         return header.kind == "parquet"
 
-    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
-        write_file(directory / PARQUET_NAME, b"", body)
+    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+        return FilePayload(directory / PARQUET_NAME, b"")
 
     def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
         return read_file(directory / PARQUET_NAME)

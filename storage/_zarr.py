@@ -45,8 +45,7 @@ import zarr
 from zarr.codecs import BloscCodec
 from zarr.storage import LocalStore
 
-from storage._body import BodyReader
-from storage._directory import DirectoryStore
+from storage._directory import DirectoryStore, Payload
 from storage.base import Sidecar
 from storage.errors import CorruptObject, ObjectNotFound
 from storage.header import ObjectHeader
@@ -114,7 +113,9 @@ class ZarrArrayStore(DirectoryStore):
     name = "zarr"
 
     def accepts(self, header: ObjectHeader) -> bool:
-        return header.is_array and header.numpy_dtype.itemsize > 0
+        # An element larger than a chunk would make a chunk (and the memory to write it)
+        # as large as the element: such arrays are blobs, which stream to the file.
+        return header.is_array and 0 < header.numpy_dtype.itemsize <= CHUNK_TARGET_BYTES
 
     def open_array(self, digest: str) -> zarr.Array:
         """The stored array, read-only and unverified, in its stored dtype.
@@ -127,24 +128,8 @@ class ZarrArrayStore(DirectoryStore):
             raise ObjectNotFound(digest)
         return zarr.open_array(LocalStore(directory, read_only=True), mode="r")
 
-    def _write_payload(self, directory: Path, header: ObjectHeader, body: BodyReader) -> None:
-        dtype = header.numpy_dtype
-        assert header.shape is not None
-        shape = header.shape
-        plan = _DtypePlan.for_dtype(dtype)
-        chunks = chunk_shape(shape, dtype.itemsize)
-        array: zarr.Array | None = None
-        pieces = _exact_pieces(iter(body), _region_sizes(shape, chunks, dtype.itemsize))
-        for region, piece in zip(_regions(shape, chunks), pieces, strict=False):
-            data = np.frombuffer(piece, dtype=plan.stored).reshape(
-                tuple(s.stop - s.start for s in region)
-            )
-            if array is None:
-                array = _create(directory, shape, chunks, plan.stored, piece)
-            array[region] = data
-        if array is None:  # empty array: no chunk arrived
-            _create(directory, shape, chunks, plan.stored, b"")
-        body.drain()  # an overlong body raises here; a short one fails body.verify()
+    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+        return _ZarrPayload(directory, header)
 
     def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
         dtype = sidecar.header.numpy_dtype
@@ -216,37 +201,61 @@ def _regions(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Iterator[tuple[
         )
 
 
-def _region_sizes(shape: tuple[int, ...], chunks: tuple[int, ...], itemsize: int) -> Iterator[int]:
-    for region in _regions(shape, chunks):
-        yield itemsize * math.prod(s.stop - s.start for s in region)
+class _ZarrPayload(Payload):
+    """Writes each chunk as soon as its bytes are in: a piece that covers a whole chunk is
+    written from the piece itself, other bytes are gathered in one buffer of at most a
+    chunk (allocated when the first such byte arrives, never from the declared size alone).
+    The array is created with the first chunk, whose sample decides the compression."""
 
+    def __init__(self, directory: Path, header: ObjectHeader) -> None:
+        assert header.shape is not None
+        dtype = header.numpy_dtype
+        self._directory = directory
+        self._shape = header.shape
+        self._stored = _DtypePlan.for_dtype(dtype).stored
+        self._itemsize = dtype.itemsize
+        self._chunks = chunk_shape(self._shape, dtype.itemsize)
+        self._regions = _regions(self._shape, self._chunks)
+        self._array: zarr.Array | None = None
+        self._buffer: bytearray | None = None
+        self._filled = 0
+        self._next_region()
 
-def _exact_pieces(views: Iterator[memoryview], sizes: Iterator[int]) -> Iterator[memoryview]:
-    """Regroup incoming views into pieces of exactly the given sizes.
+    def _next_region(self) -> None:
+        self._region = next(self._regions, None)
+        self._dims = () if self._region is None else tuple(
+            s.stop - s.start for s in self._region)
+        self._size = self._itemsize * math.prod(self._dims)
 
-    A piece is a view of the incoming data when one view covers it, else a copy into one
-    reused buffer: valid only until the next piece is requested. Stops early if the views run
-    out (the caller then sees a short body).
-    """
-    buffer: bytearray | None = None
-    current = memoryview(b"")
-    for size in sizes:
-        if current.nbytes >= size:
-            piece, current = current[:size], current[size:]
-            yield piece
-            continue
-        if buffer is None or len(buffer) < size:
-            buffer = bytearray(size)
-        target = memoryview(buffer)[:size]
-        filled = current.nbytes
-        target[:filled] = current
-        while filled < size:
-            try:
-                view = next(views)
-            except StopIteration:
-                return
-            take = min(size - filled, view.nbytes)
-            target[filled : filled + take] = view[:take]
-            filled += take
-            current = view[take:]
-        yield target
+    def write(self, view: memoryview) -> None:
+        while view.nbytes and self._region is not None:
+            need = self._size - self._filled
+            if not self._filled and view.nbytes >= need:
+                self._store(view[:need])
+                view = view[need:]
+                continue
+            if self._buffer is None:
+                self._buffer = bytearray(self._itemsize * math.prod(self._chunks))
+            take = min(need, view.nbytes)
+            self._buffer[self._filled:self._filled + take] = view[:take]
+            self._filled += take
+            view = view[take:]
+            if self._filled == self._size:
+                self._filled = 0
+                self._store(memoryview(self._buffer)[:self._size])
+
+    def _store(self, piece: memoryview) -> None:
+        assert self._region is not None
+        if self._array is None:
+            self._array = _create(self._directory, self._shape, self._chunks, self._stored, piece)
+        self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(self._dims)
+        self._next_region()
+
+    def finish(self) -> None:
+        # An empty array has no chunk; a short body is refused by the digest check.
+        if self._array is None:
+            _create(self._directory, self._shape, self._chunks, self._stored, b"")
+        self._buffer = None
+
+    def close(self) -> None:
+        self._buffer = None

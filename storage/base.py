@@ -6,8 +6,11 @@ the task hashes that were stored with it, so the Redis index can be rebuilt from
 Which task hashes reference an object at run time is the index's business; the sidecar's copy
 exists for rebuilding.
 
-Convenience methods (:meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built
-here once from the abstract primitives.
+Bodies are pushed into a store piece by piece through an :class:`ObjectWriter`, so a caller
+that receives them from the network never lends a thread to the wait for the next piece
+(docs/architecture.md, "Storage"). Convenience methods (:meth:`ObjectStore.put`,
+:meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built here once from the abstract
+primitives.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from storage.header import OPAQUE_KINDS, ObjectHeader
 __all__ = [
     "Buffer",
     "ObjectStore",
+    "ObjectWriter",
     "PutResult",
     "Sidecar",
     "StoredObject",
@@ -188,16 +192,48 @@ class PutResult:
     created: bool
 
 
+class ObjectWriter(ABC):
+    """One object being written: its body pushed in pieces with :meth:`write`, then
+    published with :meth:`commit` or dropped with :meth:`abort`.
+
+    Each call may block on the disk, none on anything else; calls come one at a time (from
+    any thread). Used as a context manager, leaving the block without a commit aborts.
+    """
+
+    @abstractmethod
+    def write(self, data: Buffer) -> None:
+        """Append ``data`` to the body (it may be reused by the caller once this returns).
+        Raises as soon as the body is known to be invalid (too long for its dtype and
+        shape, a bool body with other bytes than 0 and 1)."""
+
+    @abstractmethod
+    def commit(self) -> PutResult:
+        """Verify the whole body against digest, dtype and shape and publish the object
+        (or add the task to the stored one); on failure nothing is left and the error
+        propagates."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Drop everything written so far; idempotent, a no-op after :meth:`commit`."""
+
+    def __enter__(self) -> ObjectWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.abort()
+
+
 class ObjectStore(ABC):
     """Content-addressed objects with sidecars: the one interface every backend implements.
 
     Contract (checked by ``tests/storage/contract.py`` for every backend):
 
-    - ``put`` consumes the body as an iterable of buffers, hashes it while writing, and
-      publishes the object only if the body matches ``digest`` (and, for arrays, dtype and
-      shape). On any failure, including an exception raised by the iterable itself, nothing is
-      left visible and the error propagates. Putting an existing digest verifies the body,
-      adds the task reference and keeps the stored object.
+    - ``open_writer`` takes the body piece by piece, hashes it while writing, and publishes
+      the object only if the body matches ``digest`` (and, for arrays, dtype and shape).
+      On any failure, and on :meth:`ObjectWriter.abort`, nothing is left, visible or not.
+      Writing an existing digest verifies the body, adds the task reference and keeps the
+      stored object. Memory held per writer is bounded (a few MiB to one storage chunk),
+      whatever the declared dtype and shape. ``put`` is the same for a whole iterable.
     - ``get`` verifies the digest of everything it returns; a corrupt object raises
       :class:`~storage.errors.CorruptObject`, a missing one
       :class:`~storage.errors.ObjectNotFound`.
@@ -213,6 +249,18 @@ class ObjectStore(ABC):
         """Whether this backend can hold objects with this header."""
 
     @abstractmethod
+    def open_writer(
+        self,
+        header: ObjectHeader,
+        *,
+        digest: str,
+        task: TaskReference,
+        type_name: str | None = None,
+    ) -> ObjectWriter:
+        """A writer of the object ``digest``; see the class contract. Raises
+        :class:`~storage.errors.InvalidHeader` (``accepts`` is false, or a malformed digest)
+        before anything is written."""
+
     def put(
         self,
         header: ObjectHeader,
@@ -225,8 +273,13 @@ class ObjectStore(ABC):
         """Store the body ``chunks`` under ``digest``; see the class contract.
 
         Raises :class:`~storage.errors.DigestMismatch`, :class:`~storage.errors.BodySizeMismatch`
-        or :class:`~storage.errors.InvalidHeader` (``accepts`` is false) and publishes nothing.
+        or :class:`~storage.errors.InvalidHeader` (``accepts`` is false) and publishes nothing;
+        an exception raised by ``chunks`` itself propagates the same way.
         """
+        with self.open_writer(header, digest=digest, task=task, type_name=type_name) as writer:
+            for chunk in chunks:
+                writer.write(chunk)
+            return writer.commit()
 
     @abstractmethod
     def get(self, digest: str) -> StoredObject:

@@ -14,15 +14,17 @@ from storage.header import DIGEST_PATTERN
 __all__ = ["CacheDep", "MetricsDep", "SettingsDep", "TaskHash"]
 
 
-def get_cache(request: Request) -> ResultCache:
+# ``async``: FastAPI runs plain functions in its thread pool, which must never be needed to
+# answer (docs/architecture.md, "Bounds").
+async def get_cache(request: Request) -> ResultCache:
     return request.app.state.cache
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 

@@ -15,7 +15,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import ClientDisconnect
 
 from cache_server.service.errors import (
+    BodyTimeout,
     BodyTooLarge,
+    Busy,
     EntryNotFound,
     IndexUnavailable,
     InvalidLease,
@@ -69,6 +71,8 @@ STATUS: dict[type[Exception], int] = {
     InvalidLease: 422,
     EntryNotFound: 404,
     BodyTooLarge: 413,
+    BodyTimeout: 408,
+    Busy: 503,
     NoRoom: 507,
     IndexUnavailable: 503,
     InvalidHeader: 422,
@@ -103,6 +107,8 @@ async def answer_error(request: Request, exc: Exception) -> JSONResponse:
     response = JSONResponse({"detail": _message(exc)}, status_code=status_of(exc))
     if isinstance(exc, ApiError):
         response.headers.update(exc.headers or {})
+    if isinstance(exc, Busy):
+        response.headers["Retry-After"] = str(exc.retry_after)
     return response
 
 

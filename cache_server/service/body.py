@@ -1,14 +1,18 @@
-"""Upload bodies: streamed in ~1 MiB pieces, bounded, never held whole.
+"""Upload bodies: read on the event loop in ~1 MiB pieces, bounded in size and in time.
 
 A 256 MiB body sent as one ``bytes`` object moves at ~0.1 GB/s, streamed in ~1 MiB pieces at
-0.4-1.6 GB/s (docs/architecture.md, "Storage and transport facts").
+0.4-1.6 GB/s (docs/architecture.md, "Storage and transport facts"). Pieces are read on the
+event loop and only then handed to a worker thread for the disk, so no thread ever waits on
+a client (docs/architecture.md, "Bounds").
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Callable, Iterator
+from collections.abc import AsyncIterable, Callable
 
-from anyio import from_thread
+from anyio import fail_after
+
+from cache_server.service.errors import BodyTimeout
 
 __all__ = ["PIECE_BYTES", "UploadBody"]
 
@@ -17,22 +21,30 @@ PIECE_BYTES = 2**20
 
 class UploadBody:
     """The chunks of one upload (as the connection delivers them), read in pieces of about
-    ``PIECE_BYTES``, at most ``limit`` bytes in all.
+    ``PIECE_BYTES``, at most ``limit`` bytes in all, each read within ``timeout`` seconds.
 
-    Exceeding ``limit`` raises ``too_large()`` from the read that crossed it, so the
-    consumer (a storage write) fails and cleans up. Use either from the event loop
-    (:meth:`read_piece`, :meth:`drain`) or from one worker thread (:meth:`pieces`), not both
-    at once.
+    Exceeding ``limit`` raises ``too_large()`` from the read that crossed it; a client that
+    sends nothing for ``timeout`` seconds gets :class:`BodyTimeout`. Either way the consumer
+    (a storage write) fails and cleans up.
     """
 
-    def __init__(
-        self, chunks: AsyncIterable[bytes], limit: int, too_large: Callable[[], Exception]
-    ) -> None:
+    def __init__(self, chunks: AsyncIterable[bytes], limit: int,
+                 too_large: Callable[[], Exception], timeout: float) -> None:
         self._stream = chunks.__aiter__()
         self._limit = limit
         self._too_large = too_large
+        self._timeout = timeout
         self._done = False
         self.nbytes = 0
+
+    async def _next_chunk(self) -> bytes | None:
+        try:
+            with fail_after(self._timeout):
+                return await self._stream.__anext__()
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            raise BodyTimeout(self._timeout) from None
 
     async def read_piece(self) -> bytes | bytearray | None:
         """The next piece, or None at the end of the body."""
@@ -40,9 +52,8 @@ class UploadBody:
             return None
         buffer = bytearray()
         while len(buffer) < PIECE_BYTES:
-            try:
-                chunk = await self._stream.__anext__()
-            except StopAsyncIteration:
+            chunk = await self._next_chunk()
+            if chunk is None:
                 self._done = True
                 break
             self.nbytes += len(chunk)
@@ -55,12 +66,6 @@ class UploadBody:
         return buffer or None
 
     async def drain(self) -> None:
-        """Read and discard the rest of the body (still enforcing the limit)."""
+        """Read and discard the rest of the body (still enforcing the limits)."""
         while await self.read_piece() is not None:
             pass
-
-    def pieces(self) -> Iterator[bytes | bytearray]:
-        """Pieces for a worker thread started with ``anyio.to_thread``: each one is read on
-        the event loop while the thread waits."""
-        while (piece := from_thread.run(self.read_piece)) is not None:
-            yield piece

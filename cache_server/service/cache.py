@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Iterator
+from contextlib import contextmanager
 
-from anyio import to_thread
+from anyio import CancelScope, to_thread
 from redis.exceptions import RedisError
 
 from cache_server.index.leases import LeaseStore
@@ -41,6 +42,7 @@ from cache_server.models import Event, Manifest, Stats
 from cache_server.service.body import UploadBody
 from cache_server.service.errors import (
     BodyTooLarge,
+    Busy,
     EntryNotFound,
     IndexUnavailable,
     NoRoom,
@@ -77,6 +79,8 @@ class ResultCache:
         max_body_bytes: int,
         max_bytes: int | None = None,
         max_lease_hashes: int = 100_000,
+        max_uploads: int = 64,
+        body_timeout: float = 30.0,
     ) -> None:
         self.index = index
         self.storage = storage
@@ -85,6 +89,9 @@ class ResultCache:
         self.max_bytes = max_bytes
         self.leases = Leases(LeaseStore(index.redis, index.prefix), index, max_lease_hashes)
         self._digest_locks = DigestLocks()
+        self.max_uploads = max_uploads
+        self.body_timeout = body_timeout
+        self._uploads = 0  # in flight now (coroutines of one event loop: no lock needed)
 
     async def lookup(self, hashes: list[str]) -> list[str]:
         # Deduplicate once here: hashing 100k fresh strings costs ~10 ms, and the index's
@@ -161,13 +168,17 @@ class ResultCache:
         whether it is new (False: the hash was indexed already, the body is discarded).
 
         Nothing is published unless the whole body arrived and matches digest, dtype and
-        shape; the error propagates (:class:`BodyTooLarge`, :class:`NoRoom`, or the
-        storage's) and the index is untouched. An ``overwrite`` upload replaces an indexed
-        entry once its object is durable, and removes the old object if nothing else
-        references it. Storing a hash ends its lease (waiters load it now).
+        shape; the error propagates (:class:`BodyTooLarge`, :class:`BodyTimeout`,
+        :class:`Busy`, :class:`NoRoom`, or the storage's) and the index is untouched. An
+        ``overwrite`` upload replaces an indexed entry once its object is durable, and
+        removes the old object if nothing else references it. Storing a hash ends its lease
+        (waiters load it now).
         """
         self._check_length(upload)
-        body = self._body(chunks)
+        with self._upload_slot():
+            return await self._store(upload, self._body(chunks))
+
+    async def _store(self, upload: Upload, body: UploadBody) -> tuple[Manifest, bool]:
         existing = await self.index.manifest(upload.task_hash)
         if existing is not None and existing.expires is not None and (
                 existing.expires <= time.time()):
@@ -183,36 +194,41 @@ class ResultCache:
         now = time.time()
         reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
                                   signature=upload.signature)
-        async with self._digest_locks.hold(upload.digest):
-            try:
-                result = await to_thread.run_sync(
-                    lambda: self.storage.put(
-                        upload.header,
-                        body.pieces(),
-                        digest=upload.digest,
-                        task=reference,
-                        type_name=upload.type_name,
-                    )
-                )
-            except OSError as exc:
-                if storage_full(exc):
-                    raise NoRoom(f"the server's disk is full: {exc}") from exc
-                raise
-            sidecar = result.sidecar
-            if self.max_bytes is not None and sidecar.nbytes > self.max_bytes:
-                # Streamed without a length and larger than the cap: unreachable for anyone
-                # but this upload, so remove it again (under the digest's lock).
-                await self._forget_unindexed(upload.digest, upload.task_hash, result.created)
-                raise self._too_large(sidecar.nbytes)
-            manifest = manifest_for(sidecar, reference)
-            manifest.type = upload.type_name or sidecar.type
-            if upload.ttl is not None:
-                manifest.expires = now + upload.ttl
-            replaced = await self.index.replace(manifest) if upload.overwrite else None
-            if replaced is None:
-                indexed, created = await self.index.add(manifest)
-            else:
-                indexed, created = manifest, True
+        writer = await to_thread.run_sync(lambda: self.storage.open_writer(
+            upload.header, digest=upload.digest, task=reference, type_name=upload.type_name))
+        try:
+            while (piece := await body.read_piece()) is not None:
+                await to_thread.run_sync(writer.write, piece)
+            async with self._digest_locks.hold(upload.digest):
+                try:
+                    result = await to_thread.run_sync(writer.commit)
+                except ObjectNotFound:
+                    raise Busy("the stored object this upload matched was removed meanwhile; "
+                               "upload it again") from None
+                sidecar = result.sidecar
+                if self.max_bytes is not None and sidecar.nbytes > self.max_bytes:
+                    # Streamed without a length and larger than the cap: unreachable for
+                    # anyone but this upload, so remove it again (under the digest's lock).
+                    await self._forget_unindexed(upload.digest, upload.task_hash,
+                                                 result.created)
+                    raise self._too_large(sidecar.nbytes)
+                manifest = manifest_for(sidecar, reference)
+                manifest.type = upload.type_name or sidecar.type
+                if upload.ttl is not None:
+                    manifest.expires = now + upload.ttl
+                replaced = await self.index.replace(manifest) if upload.overwrite else None
+                if replaced is None:
+                    indexed, created = await self.index.add(manifest)
+                else:
+                    indexed, created = manifest, True
+        except OSError as exc:
+            if storage_full(exc):
+                raise NoRoom(f"the server's disk is full: {exc}") from exc
+            raise
+        finally:
+            # Also when cancelled (the client went away): the temporary data goes now.
+            with CancelScope(shield=True):
+                await to_thread.run_sync(writer.abort)
         if replaced is not None and replaced[0].digest != manifest.digest:
             await self._forget_replaced(*replaced)
         await self.leases.drop(upload.task_hash)
@@ -221,6 +237,19 @@ class ResultCache:
             self.metrics.stores.inc()
             await self._enforce_cap(keep=upload.task_hash)
         return indexed, created
+
+    @contextmanager
+    def _upload_slot(self) -> Iterator[None]:
+        """One of ``max_uploads`` places for an upload in flight, or :class:`Busy`."""
+        if self._uploads >= self.max_uploads:
+            self.metrics.uploads_refused.inc()
+            raise Busy(f"{self._uploads} uploads are in flight (max_uploads); retry later",
+                       retry_after=2)
+        self._uploads += 1
+        try:
+            yield
+        finally:
+            self._uploads -= 1
 
     async def report_untrusted(self, task_hash: str) -> None:
         """A client refused this entry for a missing or wrong signature: count it. The entry
@@ -335,9 +364,10 @@ class ResultCache:
         """The upload's body, cut off at ``max_body_bytes`` (:class:`BodyTooLarge`) or, when
         lower, at the cap (:class:`NoRoom`)."""
         if self.max_bytes is not None and self.max_bytes < self.max_body_bytes:
-            return UploadBody(chunks, self.max_bytes, lambda: self._too_large(None))
+            return UploadBody(chunks, self.max_bytes, lambda: self._too_large(None),
+                              self.body_timeout)
         limit = self.max_body_bytes
-        return UploadBody(chunks, limit, lambda: BodyTooLarge(limit))
+        return UploadBody(chunks, limit, lambda: BodyTooLarge(limit), self.body_timeout)
 
     async def _make_room(self, need: int, keep: str | None = None) -> None:
         """Evict until ``need`` more bytes fit under the cap; :class:`NoRoom` if only pinned

@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 
 __all__ = [
+    "BodyTimeout",
     "BodyTooLarge",
+    "Busy",
     "EntryNotFound",
     "IndexUnavailable",
     "InvalidLease",
@@ -47,6 +49,23 @@ class BodyTooLarge(ServiceError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"body exceeds max_body_bytes ({limit} bytes)")
         self.limit = limit
+
+
+class BodyTimeout(ServiceError):
+    """An upload sent nothing for ``body_timeout`` seconds; it was aborted."""
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"the body stalled: nothing received for {timeout:g} s "
+                         "(body_timeout); upload aborted")
+
+
+class Busy(ServiceError):
+    """The server is at a limit that frees itself (uploads in flight, a concurrent write of
+    the same object); ``retry_after`` seconds is a fair time to come back."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class NoRoom(ServiceError):

@@ -6,8 +6,10 @@ the same tests then run against every implementation (like zarr-python's store t
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +196,47 @@ class StoreContract:
         assert list(store.digests()) == []
         assert visible_files(store.root) == []  # type: ignore[attr-defined]
         assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+
+    def test_writer_takes_pieces_as_they_come(self, store: ObjectStore) -> None:
+        for encoded in self.samples(store):
+            cuts = [0, 1, 8, 1008, 1011, len(encoded.body)]  # pieces of any size
+            with store.open_writer(encoded.header, digest=encoded.digest, task=task()) as w:
+                for start, stop in itertools.pairwise(cuts):
+                    w.write(encoded.body[start:stop])
+                assert w.commit().created
+            assert bytes(store.get(encoded.digest).body) == encoded.body
+
+    def test_aborted_writer_leaves_nothing(self, store: ObjectStore) -> None:
+        encoded = self.samples(store)[0]
+        writer = store.open_writer(encoded.header, digest=encoded.digest, task=task())
+        writer.write(encoded.body[: len(encoded.body) // 2])
+        writer.abort()
+        writer.abort()  # idempotent
+        assert not store.exists(encoded.digest)
+        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+
+    def test_writer_memory_follows_the_bytes_not_the_declared_size(
+            self, store: ObjectStore) -> None:
+        """A client declaring 1 GiB (or one 1 GiB element) and sending 16 bytes costs a
+        buffer of at most one chunk, never the declared size (issue 11, item 4)."""
+        for header in (ObjectHeader.array("<f8", (2**27,)),
+                       ObjectHeader.array(f"|S{2**30}", (1,))):
+            if not store.accepts(header):
+                continue
+            body = b"\x00" * 16
+            tracemalloc.start()
+            try:
+                with store.open_writer(header, digest=content_digest(header, body),
+                                       task=task()) as writer:
+                    writer.write(body)
+                    with pytest.raises(BodySizeMismatch):
+                        writer.commit()
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+            assert peak < 40 * 2**20, header
+            assert visible_files(store.root) == []  # type: ignore[attr-defined]
 
     def test_leftover_temporary_write_is_invisible(self, store: ObjectStore) -> None:
         """A crash mid-write leaves a directory under .tmp: never listed, never served."""
