@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.staticfiles import StaticFiles
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
@@ -45,6 +47,10 @@ logger = logging.getLogger("cache_server")
 
 #: How long a starting server waits for a previous one on the same data dir to let go.
 LOCK_WAIT_SECONDS = 10.0
+#: The package's web assets (vendored Swagger UI and ReDoc, the dashboard's files), public.
+STATIC_DIR = Path(__file__).parent / "static"
+STATIC_URL = "/static"
+_VENDOR = f"{STATIC_URL}/vendor"
 
 
 def _warn_without_tokens(address: str) -> None:
@@ -124,9 +130,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def openapi_schema() -> JSONResponse:
         return JSONResponse(app.openapi())
 
+    # The API's pages load only assets this package serves (static/vendor/README.md).
+    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")
+
     @app.get("/docs", include_in_schema=False, dependencies=[ReadAccess])
     async def swagger_ui() -> HTMLResponse:
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="dask-result-cache")
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json", title="dask-result-cache",
+            swagger_js_url=f"{_VENDOR}/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url=f"{_VENDOR}/swagger-ui/swagger-ui.css",
+            swagger_favicon_url=f"{_VENDOR}/swagger-ui/favicon-32x32.png")
+
+    @app.get("/redoc", include_in_schema=False, dependencies=[ReadAccess])
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url="/openapi.json", title="dask-result-cache",
+            redoc_js_url=f"{_VENDOR}/redoc/redoc.standalone.js",
+            redoc_favicon_url=f"{_VENDOR}/swagger-ui/favicon-32x32.png",
+            with_google_fonts=False)
 
     app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
     if tokens.enabled:  # outermost but for the metrics: before any body is read

@@ -187,14 +187,19 @@ class AuthenticateFirst:
     """Pure ASGI middleware: a request without a valid token is answered 401 before the app
     reads a byte of its body (FastAPI parses a JSON body before any route dependency runs),
     and its connection is closed, so the body is never read at all. Scopes are checked by
-    the routes (:data:`WriteAccess`); ``public`` paths need no token."""
+    the routes (:data:`WriteAccess`); ``public`` paths, and those under a ``public_prefix``
+    (the package's own static files: code, never data), need no token."""
 
-    def __init__(self, app: ASGIApp, public: frozenset[str] = frozenset({"/healthz"})) -> None:
+    def __init__(self, app: ASGIApp, public: frozenset[str] = frozenset({"/healthz"}),
+                 public_prefix: str = "/static/") -> None:
         self.app = app
         self.public = public
+        self.public_prefix = public_prefix
 
     async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self.public:
+        path = scope.get("path", "")
+        if (scope["type"] == "http" and path not in self.public
+                and not path.startswith(self.public_prefix)):
             request = Request(scope)
             denied = await refusal(request, Scope.read)
             if denied is not None:
