@@ -50,6 +50,7 @@ ROUTES = {
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
     ("GET", "/docs"): "read",
+    ("GET", "/redoc"): "read",
     ("GET", "/healthz"): "public",
 }
 
