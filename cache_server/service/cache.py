@@ -14,12 +14,14 @@ reuses an existing object cannot interleave with the removal of that object's la
 reference; this holds within one server process, and the data directory's lock
 (:mod:`cache_server.data_lock`) admits only one server, or one ``gc``/``reindex``, at a time.
 
-Size cap (``max_bytes``): before an object of known size is written, and again once it is
-indexed, entries are evicted, lowest :mod:`cache_server.index.eviction` score first and
-pinned entries never, until the distinct stored objects fit. Concurrent uploads can overshoot
-the cap by what is in flight until each of them finishes. An object larger than the cap, or
-one that only fits by evicting pinned entries, is refused with :class:`NoRoom`, as is a write
-that finds the disk full.
+Size cap (``max_bytes``): once an object is written and verified (and before it is indexed),
+and again once it is indexed, entries are evicted, lowest :mod:`cache_server.index.eviction`
+score first and pinned entries never, until the distinct stored objects fit. Room is never
+made for a declared size: an upload that fails, or sends less than it claims, evicts
+nothing. Uploads in flight take disk space before they count (at most ``max_uploads`` of
+them). An object larger than the cap (refused before its body is read when its size is
+declared), or one that only fits by evicting pinned entries, is refused with
+:class:`NoRoom`, as is a write that finds the disk full.
 
 Knows nothing of HTTP: bodies arrive as async iterables of bytes, failures are the errors of
 :mod:`cache_server.service.errors` and :mod:`storage.errors`.
@@ -188,9 +190,6 @@ class ResultCache:
             await body.drain()
             await self.leases.drop(upload.task_hash)
             return existing, False
-        size = upload.expected_nbytes
-        if size is not None and not await to_thread.run_sync(self.storage.exists, upload.digest):
-            await self._make_room(size)
         now = time.time()
         reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
                                   signature=upload.signature)
@@ -206,12 +205,15 @@ class ResultCache:
                     raise Busy("the stored object this upload matched was removed meanwhile; "
                                "upload it again") from None
                 sidecar = result.sidecar
-                if self.max_bytes is not None and sidecar.nbytes > self.max_bytes:
-                    # Streamed without a length and larger than the cap: unreachable for
-                    # anyone but this upload, so remove it again (under the digest's lock).
-                    await self._forget_unindexed(upload.digest, upload.task_hash,
-                                                 result.created)
-                    raise self._too_large(sidecar.nbytes)
+                if result.created:
+                    # Room is made now, for bytes received and verified, never for a
+                    # declared size: a failed or lying upload evicts nothing.
+                    try:
+                        await self._make_room(sidecar.nbytes)
+                    except NoRoom:
+                        # Unreachable for anyone but this upload: remove it again.
+                        await self._forget_unindexed(upload.digest, upload.task_hash, True)
+                        raise
                 manifest = manifest_for(sidecar, reference)
                 manifest.type = upload.type_name or sidecar.type
                 if upload.ttl is not None:
@@ -412,12 +414,13 @@ class ResultCache:
         if expected is not None and expected > self.max_body_bytes:
             raise BodyTooLarge(self.max_body_bytes)
         length = upload.content_length
-        if length is None:
-            return
-        if length > self.max_body_bytes:
+        if length is not None and length > self.max_body_bytes:
             raise BodyTooLarge(self.max_body_bytes)
-        if expected is not None and length != expected:
+        if expected is not None and length is not None and length != expected:
             raise BodySizeMismatch(expected, length)
+        size = upload.expected_nbytes
+        if self.max_bytes is not None and size is not None and size > self.max_bytes:
+            raise self._too_large(size)  # before a byte is read (it could never fit)
 
     async def _drop_corrupt(self, manifest: Manifest, *, locked: bool = False) -> None:
         self.metrics.corrupt.inc()
