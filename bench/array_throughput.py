@@ -21,6 +21,7 @@ import time
 import uuid
 from pathlib import Path
 
+import dask
 import numpy as np
 from _harness import Ratio, cache_server, finish, parse_args, process_cpu_seconds
 
@@ -48,6 +49,9 @@ def save_raw(path: Path, value: np.ndarray) -> None:
 
 def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], repeat=3, extra=_options)
+    # Over HTTP: this machine sees the server's storage, where loads would read in place
+    # (measured by bench/direct_read.py).
+    dask.config.set({"result-cache.direct-read": "never"})
     mib = 8 if args.smoke else args.mib
     ratios, details = [], {}
     with tempfile.TemporaryDirectory(prefix="rc-bench-raw-", dir=os.getcwd()) as raw_dir:

@@ -38,6 +38,9 @@ class Metrics:
             "result_cache_hits", "hashes looked up and found", registry=self.registry
         )
         self.served = Counter("result_cache_served", "objects served", registry=self.registry)
+        self.located = Counter(
+            "result_cache_located", "objects located for direct reads", registry=self.registry
+        )
         self.stores = Counter("result_cache_stores", "entries stored", registry=self.registry)
         self.corrupt = Counter(
             "result_cache_corrupt", "entries dropped as missing or corrupt", registry=self.registry

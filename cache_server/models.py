@@ -23,6 +23,7 @@ __all__ = [
     "LookupRequest",
     "LookupResponse",
     "Manifest",
+    "ObjectLocation",
     "Stats",
 ]
 
@@ -63,6 +64,16 @@ class Manifest(BaseModel):
     )
     expires: float | None = Field(
         default=None, description="unix time after which the entry is a miss; null: never"
+    )
+
+
+class ObjectLocation(Manifest):
+    """A manifest and where its object lies, for direct reads."""
+
+    location: str | None = Field(
+        description="URL of the payload for readers that see the server's storage "
+        "(file://...: a Zarr array directory, a blob file holding the digest's preimage, "
+        "or a Parquet file); null when it cannot be read in place"
     )
 
 

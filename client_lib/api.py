@@ -37,7 +37,7 @@ from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .signing import SigningKey, configured_key
 from .tasks import StoreRun, pop_counts, server_lost
-from .transport import CacheClient
+from .transport import CacheClient, direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
            "task_hashes"]
@@ -109,6 +109,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     of the materialised graph's output keys, in order, and that graph. ``finalize=False``
     keeps every output key of the collections (``persist``)."""
     namespace = _namespace(namespace)
+    direct_read_mode()  # a bad value is the caller's error, not a worker's
     no_stores = read_only()
     refresh = refresh_requested(refresh) and not no_stores
     store_policy = resolve_policy("none" if no_stores else policy)

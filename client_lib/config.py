@@ -29,7 +29,10 @@ DEFAULTS = {
         "ttl": None,  # lifetime of new entries ("7d", seconds); None: until evicted
         "lease-ttl": 60,  # seconds a computing task's lease lives without renewal
         "lease-wait": None,  # seconds to wait for another's lease; None: estimate + 30
-        "parquet-min-bytes": 2**20,  # frames this large are stored as Parquet, if exact
+        "parquet-min-bytes": 2**20,
+        # auto: read objects where they lie when this process sees the server's storage
+        # (same host, shared volume), verified; else over HTTP. never: always HTTP.
+        "direct-read": "auto",  # frames this large are stored as Parquet, if exact
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "auto": {
             "latency": 0.005,  # seconds per load request, for the auto policy

@@ -12,6 +12,8 @@ callers decide how to degrade.
 from __future__ import annotations
 
 import itertools
+import json
+import logging
 import os
 import threading
 import urllib.parse
@@ -22,7 +24,7 @@ from typing import Any
 import dask.config
 import httpx
 
-from . import codec
+from . import codec, direct
 from .endpoints import Endpoints, normalize_urls
 from .errors import (
     CacheAccessDenied,
@@ -37,7 +39,9 @@ from .errors import (
 from .notices import warn_once
 from .signing import SigningKey, configured_key
 
-__all__ = ["CacheClient"]
+__all__ = ["CacheClient", "direct_read_mode"]
+
+logger = logging.getLogger("client_lib")
 
 _TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=300.0, pool=60.0)
 _LOOKUP_BATCH = 200_000
@@ -46,6 +50,7 @@ MAX_COMPUTE_SECONDS = 1e7
 _FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
 _UNTRUSTED = "no valid signature for result-cache.signing-key; not loaded"
 _LEASE_BATCH = 100_000  # the server's default max_lease_hashes
+_NOT_DIRECT: Any = object()  # "read it over HTTP"
 
 
 class CacheClient:
@@ -87,6 +92,8 @@ class CacheClient:
         self._lock = threading.Lock()
         # Set once the server refuses a store: later stores skip the upload.
         self._store_refused: CacheAccessDenied | None = None
+        # Set once a location proves this process cannot see the server's storage.
+        self._storage_unseen = False
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
@@ -303,7 +310,9 @@ class CacheClient:
                                  f"{_detail(response)}")
 
     def get(self, task_hash: str) -> Any:
-        """Load and verify the value stored under ``task_hash``.
+        """Load and verify the value stored under ``task_hash``: read where it lies when
+        this process sees the server's storage (config ``result-cache.direct-read``,
+        :mod:`.direct`), else, or if that fails, over HTTP.
 
         Raises :class:`CacheEntryUnavailable` if the entry is gone, and its subclasses
         :class:`CacheEntryCorrupt` if the bytes do not match their digest and
@@ -311,6 +320,10 @@ class CacheClient:
         signature (checked on the headers: the body is not even downloaded; the server is
         told). Nothing is decoded, let alone unpickled, before both checks pass.
         """
+        if not self._storage_unseen and _direct_allowed():
+            value = self._get_direct(task_hash)
+            if value is not _NOT_DIRECT:
+                return value
         failures: list[str] = []
         for base in self.endpoints.order():
             try:
@@ -350,6 +363,41 @@ class CacheClient:
         if actual != digest:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
+
+    def _get_direct(self, task_hash: str) -> Any:
+        """The value read in place and verified, or ``_NOT_DIRECT`` (load over HTTP).
+        The signature is checked on the entry's metadata before the object is read; a
+        mismatch is :class:`CacheEntryUntrusted`, as over HTTP."""
+        try:
+            response = self._request("GET", f"/v1/entries/{task_hash}/location")
+            found = response.json() if response.status_code == 200 else None
+        except (ResultCacheError, ValueError):
+            return _NOT_DIRECT  # the HTTP load reports whatever is wrong
+        if not isinstance(found, dict):
+            return _NOT_DIRECT
+        try:
+            path = direct.local_path(found.get("location"))
+            if path is None:
+                self._storage_unseen = True
+                return _NOT_DIRECT
+            kind, digest, storage = found["kind"], found["digest"], found["storage"]
+            dtype = found.get("dtype") or ""
+            shape = ("" if found.get("shape") is None
+                     else json.dumps(found["shape"], separators=(",", ":")))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CacheProtocolError(f"bad location of {task_hash}: {exc!r}") from None
+        key = self.signing_key
+        if key is not None and not key.verify(found.get("signature"), task_hash, kind, dtype,
+                                              shape, digest):
+            self.report_untrusted(task_hash)
+            raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
+        try:
+            body = direct.read_object(path, storage, kind, dtype, shape, digest)
+        except direct.DirectReadFailed as exc:
+            logger.info("result cache: direct read of %s failed (%s); loading over HTTP",
+                        task_hash, exc)
+            return _NOT_DIRECT
+        return codec.decode(kind, dtype, shape, body)
 
     def _trusted(self, task_hash: str, headers: httpx.Headers) -> bool:
         """Whether an object's headers carry our signature for ``task_hash`` (always, for a
@@ -396,6 +444,22 @@ class CacheClient:
 def _server_error(status: int) -> bool:
     """A status that says the server failed, not the request (507: no room, is an answer)."""
     return status >= 500 and status != 507
+
+
+def direct_read_mode() -> str:
+    """Config ``result-cache.direct-read``: ``"auto"`` (read objects in place when this
+    process sees the server's storage) or ``"never"``."""
+    mode = dask.config.get("result-cache.direct-read", "auto")
+    if mode not in ("auto", "never"):
+        raise ValueError(f"result-cache.direct-read must be 'auto' or 'never', not {mode!r}")
+    return mode
+
+
+def _direct_allowed() -> bool:
+    try:
+        return direct_read_mode() == "auto"
+    except ValueError:  # cached_compute reports it in the user's process
+        return False
 
 
 def _signing_key(value: SigningKey | str | None) -> SigningKey | None:

@@ -24,6 +24,7 @@ class BlobStore(DirectoryStore):
     """Objects of any kind as single files. Reads hold the whole object in memory once."""
 
     name = "blob"
+    payload_name = BLOB_NAME
 
     def accepts(self, header: ObjectHeader) -> bool:
         return True

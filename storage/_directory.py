@@ -75,6 +75,9 @@ class DirectoryStore(ObjectStore):
     the same object from two processes can lose a task reference.
     """
 
+    #: The payload's file in an object directory; ``""``: the directory itself is the payload.
+    payload_name: str = ""
+
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -146,6 +149,13 @@ class DirectoryStore(ObjectStore):
 
     def exists(self, digest: str) -> bool:
         return is_digest(digest) and self.object_path(digest).is_dir()
+
+    def location(self, digest: str) -> str | None:
+        directory = self.object_path(digest)
+        if not directory.is_dir():
+            raise ObjectNotFound(digest)
+        payload = directory / self.payload_name if self.payload_name else directory
+        return payload.resolve().as_uri()
 
     def delete(self, digest: str) -> bool:
         directory = self.object_path(digest)

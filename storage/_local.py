@@ -95,6 +95,9 @@ class LocalStorage(ObjectStore):
     def sweep_temporary(self) -> int:
         return sum(backend.sweep_temporary() for backend in self._backends)
 
+    def location(self, digest: str) -> str | None:
+        return self._holder(digest).location(digest)
+
     def object_path(self, digest: str) -> Path:
         """The directory holding ``digest``; raises :class:`ObjectNotFound` if there is none."""
         return self._holder(digest).object_path(digest)

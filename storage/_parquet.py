@@ -23,6 +23,7 @@ class ParquetStore(DirectoryStore):
     """Objects of kind ``parquet`` as one ``data.parquet`` file each."""
 
     name = "parquet"
+    payload_name = PARQUET_NAME
 
     def accepts(self, header: ObjectHeader) -> bool:
         return header.kind == "parquet"

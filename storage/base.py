@@ -322,6 +322,13 @@ class ObjectStore(ABC):
         directory's lock): it would remove a write in progress.
         """
 
+    def location(self, digest: str) -> str | None:
+        """Where a reader that sees this storage finds the object's payload (a URL such as
+        ``file:///data/objects/zarr/ab/ab.../``), or ``None`` when it cannot be read in
+        place. For direct reads (docs/architecture.md, "Direct reads"): the reader verifies
+        the digest itself. Backends whose payload lies in files override this."""
+        return None
+
     def size(self, digest: str) -> int:
         """Length of the encoded body in bytes."""
         return self.sidecar(digest).nbytes

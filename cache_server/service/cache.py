@@ -306,6 +306,25 @@ class ResultCache:
         self.metrics.bytes_sent.inc(stored.body.nbytes)
         return manifest, stored
 
+    async def locate(self, task_hash: str) -> tuple[Manifest, str | None]:
+        """The manifest and where the object lies (``storage.location``) for a client
+        about to read it in place (docs/architecture.md, "Direct reads"); counts the hit,
+        as the client verifies the digest itself. A missing object drops the entry and
+        raises :class:`EntryNotFound`."""
+        manifest = await self.manifest(task_hash)
+        try:
+            location = await to_thread.run_sync(self.storage.location, manifest.digest)
+        except ObjectNotFound:
+            await self._drop_corrupt(manifest)
+            raise EntryNotFound(task_hash) from None
+        try:
+            await self.index.record_hit(manifest)
+        except RedisError as exc:
+            logger.warning("could not count a hit of %s: %s", task_hash, exc)
+        self.metrics.served.inc()
+        self.metrics.located.inc()
+        return manifest, location
+
     async def head(self, task_hash: str) -> Manifest:
         """The manifest, if its object still exists (not verified: that costs a full read)."""
         manifest = await self.manifest(task_hash)

@@ -26,7 +26,15 @@ def _hash() -> str:
     return uuid.uuid4().hex
 
 
-def test_a_download_damaged_on_the_way_is_refused_and_the_entry_kept(cache_server):
+@pytest.fixture
+def over_http():
+    """Loads over HTTP only: this machine sees the server's storage, so loads would
+    otherwise read in place (tests/client/test_direct_reads.py) and skip the link."""
+    with dask.config.set({"result-cache.direct-read": "never"}):
+        yield
+
+
+def test_a_download_damaged_on_the_way_is_refused_and_the_entry_kept(cache_server, over_http):
     task_hash = _hash()
     value = np.arange(1000.0)
     direct = CacheClient(cache_server.url)
@@ -40,7 +48,7 @@ def test_a_download_damaged_on_the_way_is_refused_and_the_entry_kept(cache_serve
 
 
 def test_cached_compute_recomputes_over_a_damaging_link_and_leaves_the_cache_alone(
-        cache_server):
+        cache_server, over_http):
     ns = uuid.uuid4().hex
     expr = dask.delayed(np.arange, pure=True)(500.0, dask_key_name="r")
     (cold,) = cached_compute(expr, cache=cache_server.url, namespace=ns, policy="all",

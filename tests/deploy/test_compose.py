@@ -117,6 +117,10 @@ def test_scheduler_and_workers(services):
     assert worker["depends_on"] == {"scheduler": {"condition": "service_healthy"},
                                     "cache-server": {"condition": "service_healthy"}}
     assert not published(worker)
+    # Direct reads: the server's objects at the server's own path, read-only.
+    data_dir = server["environment"]["RESULT_CACHE_DATA_DIR"]
+    assert volumes(worker) == {data_dir: "cache-data"}
+    assert worker["volumes"] == [f"cache-data:{data_dir}:ro"]
 
 
 def test_every_setting_is_a_documented_variable_with_a_default():

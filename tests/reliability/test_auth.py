@@ -37,6 +37,7 @@ ROUTES = {
     ("HEAD", "/v1/objects/{task_hash}"): "read",
     ("GET", "/v1/entries"): "read",
     ("GET", "/v1/entries/{task_hash}"): "read",
+    ("GET", "/v1/entries/{task_hash}/location"): "read",
     ("DELETE", "/v1/entries/{task_hash}"): "write",
     ("POST", "/v1/entries/{task_hash}/pin"): "write",
     ("POST", "/v1/entries/{task_hash}/unpin"): "write",

@@ -203,7 +203,8 @@ def test_the_key_never_reaches_the_server(tmp_path, redis_url, key):
                            scheduler="threads")
         assert last_report().loaded == 1
         log = server.log_path.read_text()
-    assert "GET /v1/objects" in log and "PUT /v1/objects" in log  # the access log is on
+    # The access log is on (the load reads in place: it asked for the location).
+    assert "GET /v1/entries/" in log and "PUT /v1/objects" in log
     assert key not in log
 
 

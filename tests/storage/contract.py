@@ -10,6 +10,7 @@ import itertools
 import threading
 import time
 import tracemalloc
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -393,3 +394,21 @@ class StoreContract:
             encoded.header, [encoded.body], digest=encoded.digest, task=TaskReference("a" * 32)
         )
         assert store.sidecar(encoded.digest).created >= before
+
+    def test_location_is_the_payload_or_none(self, store: ObjectStore) -> None:
+        """Where a direct reader finds the payload: for a Zarr array its directory, else a
+        file holding the body (Parquet) or the digest's preimage (blob)."""
+        for encoded in self.samples(store):
+            self.put(store, encoded)
+            location = store.location(encoded.digest)
+            if location is None:
+                continue
+            assert location.startswith("file://")
+            path = Path(urllib.request.url2pathname(location[len("file://"):]))
+            if path.is_dir():
+                assert (path / "zarr.json").is_file()
+            else:
+                raw = path.read_bytes()
+                assert raw in (encoded.body, encoded.header.digest_prefix() + encoded.body)
+        with pytest.raises(ObjectNotFound):
+            store.location("f" * 32)

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, TaskHash
 from cache_server.api.responses import errors
-from cache_server.models import EntryList, Manifest
+from cache_server.models import EntryList, Manifest, ObjectLocation
 from cache_server.service.upload import MAX_LABEL_CHARS
 from storage.header import DIGEST_PATTERN
 
@@ -35,6 +35,15 @@ async def list_entries(
 @router.get("/v1/entries/{task_hash}", responses=errors(404))
 async def get_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
     return await cache.manifest(task_hash)
+
+
+@router.get("/v1/entries/{task_hash}/location", responses=errors(404))
+async def locate_entry(task_hash: TaskHash, cache: CacheDep) -> ObjectLocation:
+    """The manifest and where its object lies, for a client that reads it in place and
+    verifies it itself (docs/protocol.md, "Direct reads"). Counts a hit like ``GET
+    /v1/objects/{hash}``."""
+    manifest, location = await cache.locate(task_hash)
+    return ObjectLocation(**manifest.model_dump(), location=location)
 
 
 @router.post("/v1/entries/{task_hash}/pin", dependencies=[WriteAccess], responses=errors(403, 404))
