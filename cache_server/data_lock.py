@@ -1,4 +1,6 @@
-"""One user of a data directory at a time: a server, or ``gc``/``reindex``.
+"""One user of a data directory with the embedded Redis at a time: a server, or
+``gc``/``reindex``. (Replicas on a shared Redis coordinate through locks in Redis instead:
+:mod:`cache_server.index.locks`.)
 
 Eviction and ``gc`` delete objects once the index says nothing references them; that is
 safe only if no other process stores into the same directory meanwhile (a store may reuse

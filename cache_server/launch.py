@@ -84,11 +84,13 @@ def start_server(
     redis_prefix: str | None = None,
     log_level: str = "warning",
     timeout: float = 60.0,
+    workers: int = 1,
 ) -> RunningServer:
     """Start ``dask-cache serve`` on ``data_dir`` and wait until it is healthy.
 
     ``port=0`` picks a free port. ``redis_url=None`` means the embedded Redis (under
-    ``data_dir/redis``). ``env`` adds environment variables (e.g. ``RESULT_CACHE_*``
+    ``data_dir/redis``). ``workers`` > 1 runs that many replica processes behind the port
+    (``--workers``). ``env`` adds environment variables (e.g. ``RESULT_CACHE_*``
     settings); ``redis_prefix`` sets ``RESULT_CACHE_REDIS_PREFIX``. The server's output goes
     to ``data_dir/server.log``. Raises ``RuntimeError`` (with the log's end) if the server
     exits or is not healthy within ``timeout`` seconds.
@@ -99,6 +101,8 @@ def start_server(
     command += ["--data-dir", str(data_dir), "--log-level", log_level]
     if redis_url is not None:
         command += ["--redis-url", redis_url]
+    if workers > 1:
+        command += ["--workers", str(workers)]
     child_env = {**os.environ, **(env or {})}
     if redis_prefix is not None:
         child_env["RESULT_CACHE_REDIS_PREFIX"] = redis_prefix

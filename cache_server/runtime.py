@@ -2,7 +2,10 @@
 
 The server's lifespan and the maintenance commands open a cache the same way; only how long
 they wait for the data directory's lock differs (a restarting server waits for its
-predecessor, ``gc`` refuses at once).
+predecessor, ``gc`` refuses at once). The lock is taken only with the embedded Redis (which
+lives in the data directory): with a shared Redis, any number of replicas and maintenance
+commands use one cache, coordinated by locks in Redis (docs/architecture.md, "Replicas and
+object storage").
 """
 
 from __future__ import annotations
@@ -28,16 +31,17 @@ __all__ = ["open_cache"]
 async def open_cache(
     settings: Settings, metrics: Metrics | None = None, *, lock_wait: float = 0.0
 ) -> AsyncIterator[ResultCache]:
-    """The cache of ``settings.data_dir``, held under the data directory's lock.
-
-    Starts the embedded Redis when ``settings.redis_url`` is None, and undoes everything on
-    exit. Raises :class:`~cache_server.data_lock.DataDirBusy` if another server or
-    maintenance command keeps the directory for more than ``lock_wait`` seconds.
+    """The cache of ``settings.data_dir``: with the embedded Redis (``settings.redis_url``
+    is None, started here) under the data directory's lock; undoes everything on exit.
+    Raises :class:`~cache_server.data_lock.DataDirBusy` if another server or maintenance
+    command keeps the directory for more than ``lock_wait`` seconds.
     """
     data_dir = settings.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    replica = settings.redis_url is not None
     lock = DataDirLock(data_dir)
-    await to_thread.run_sync(lock.acquire, lock_wait)
+    if not replica:
+        await to_thread.run_sync(lock.acquire, lock_wait)
     embedded: EmbeddedRedis | None = None
     client = None
     try:

@@ -17,6 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import xxhash
@@ -201,11 +202,14 @@ class DirectoryStore(ObjectStore):
             replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
             return updated
 
-    def sweep_temporary(self) -> int:
+    def sweep_temporary(self, older_than: float = 0.0) -> int:
         with self._lock:
             doomed = list((self.root / TEMP_DIR_NAME).glob("*"))
             # replace_file's temporaries: ".sidecar.json.<uuid>" beside a sidecar.
             doomed += self.root.glob(f"??/*/.{SIDECAR_NAME}.*")
+            if older_than > 0:
+                cutoff = time.time() - older_than
+                doomed = [p for p in doomed if _last_change(p) < cutoff]
             for path in doomed:
                 if path.is_dir():
                     remove_dir(path)
@@ -319,3 +323,17 @@ def read_file(path: Path) -> memoryview:
     if filled != size:
         raise CorruptObject(f"{path} ended after {filled} of {size} bytes")
     return view
+
+
+def _last_change(path: Path) -> float:
+    """The newest modification time in ``path`` (a file, or a tree being written)."""
+    try:
+        newest = path.stat().st_mtime
+        if path.is_dir():
+            for dirpath, _dirs, files in os.walk(path):
+                for name in files:
+                    with suppress(FileNotFoundError):
+                        newest = max(newest, os.stat(os.path.join(dirpath, name)).st_mtime)
+        return newest
+    except FileNotFoundError:
+        return 0.0

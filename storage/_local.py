@@ -92,8 +92,8 @@ class LocalStorage(ObjectStore):
     def set_pinned(self, digest: str, task_hash: str, pinned: bool) -> Sidecar:
         return self._holder(digest).set_pinned(digest, task_hash, pinned)
 
-    def sweep_temporary(self) -> int:
-        return sum(backend.sweep_temporary() for backend in self._backends)
+    def sweep_temporary(self, older_than: float = 0.0) -> int:
+        return sum(backend.sweep_temporary(older_than) for backend in self._backends)
 
     def location(self, digest: str) -> str | None:
         return self._holder(digest).location(digest)

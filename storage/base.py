@@ -315,10 +315,11 @@ class ObjectStore(ABC):
         does not list ``task_hash``."""
 
     @abstractmethod
-    def sweep_temporary(self) -> int:
-        """Remove what interrupted writes and deletes left behind; returns how many paths.
+    def sweep_temporary(self, older_than: float = 0.0) -> int:
+        """Remove what interrupted writes and deletes left behind, untouched for more than
+        ``older_than`` seconds; returns how many paths.
 
-        Only call it while nothing writes to this store (``dask-cache gc`` holds the data
+        With ``older_than=0`` only call it while nothing writes to this store (the data
         directory's lock): it would remove a write in progress.
         """
 

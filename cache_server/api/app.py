@@ -1,9 +1,9 @@
 """The FastAPI application: ``create_app(settings)``.
 
-The lifespan takes the data directory's lock (one server per directory), connects to Redis
-(starting the embedded one when no ``redis_url`` is set), opens the storage under
-``data_dir`` and removes what interrupted writes left there, and undoes all of it on
-shutdown (SIGTERM and SIGINT go through uvicorn's graceful shutdown, hence through here).
+The lifespan connects to Redis (starting the embedded one, under the data directory's lock,
+when no ``redis_url`` is set; with one, this server is a replica among others), opens the
+storage under ``data_dir`` and removes what interrupted writes left there, and undoes all
+of it on shutdown (SIGTERM and SIGINT go through uvicorn's graceful shutdown, hence through here).
 
 Authentication (:mod:`cache_server.api.auth`): every route but ``/healthz`` needs a read token,
 and routes that change the cache a write token, once any token is configured. The API
@@ -12,15 +12,17 @@ description (``/openapi.json``, ``/docs``) is served behind the same read check.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
+from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
@@ -96,8 +98,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             swept = await cache.remove_leftovers()
             if swept:
                 logger.warning("removed %d temporary paths left by interrupted writes", swept)
+            heartbeat = asyncio.create_task(cache.replicas.keep_registered())
             app.state.cache = cache
-            yield
+            try:
+                yield
+            finally:
+                heartbeat.cancel()
+                with suppress(asyncio.CancelledError, RedisError, OSError):
+                    await heartbeat
+                with suppress(RedisError, OSError):
+                    await cache.replicas.unregister()
 
     app = FastAPI(
         title="dask-result-cache",

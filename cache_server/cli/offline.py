@@ -50,6 +50,7 @@ def run_maintenance(settings: Any, work: Callable[[Any], Awaitable[Any]], as_jso
     """Run ``work(cache)`` under :func:`cache_server.runtime.open_cache` and print its
     report; a busy data directory is a clean error."""
     from cache_server.data_lock import DataDirBusy
+    from cache_server.index.locks import LockBusy
     from cache_server.runtime import open_cache
 
     async def main() -> Any:
@@ -58,7 +59,7 @@ def run_maintenance(settings: Any, work: Callable[[Any], Awaitable[Any]], as_jso
 
     try:
         report = anyio.run(main)
-    except DataDirBusy as exc:
+    except (DataDirBusy, LockBusy) as exc:
         raise click.ClickException(str(exc)) from None
     data = report.as_dict()
     if as_json:

@@ -31,6 +31,13 @@ __all__ = ["serve"]
     default="info",
     show_default=True,
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="replica processes behind the one port (docs/architecture.md, Replicas)",
+)
 @click.option("--fd", type=int, default=None, hidden=True, help="serve on this listening socket")
 def serve(
     host: str | None,
@@ -38,6 +45,7 @@ def serve(
     data_dir: Path | None,
     redis_url: str | None,
     log_level: str,
+    workers: int,
     fd: int | None,
 ) -> None:
     """Run the cache server. Flags override RESULT_CACHE_* environment variables."""
@@ -54,6 +62,11 @@ def serve(
         "redis_url": redis_url,
     }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    if workers > 1:
+        from cache_server.replicas import run_replicas
+
+        run_replicas(settings, workers, log_level, fd)
+        return
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,

@@ -11,12 +11,14 @@ tells how many entries still reference the digest), then the object, only if non
 crash between the two steps therefore leaves an object without a manifest (swept by ``gc``),
 never a manifest without its object. Both sequences hold the digest's lock, so a store that
 reuses an existing object cannot interleave with the removal of that object's last
-reference; this holds within one server process, and the data directory's lock
-(:mod:`cache_server.data_lock`) admits only one server, or one ``gc``/``reindex``, at a time.
+reference; the digest's lock lives in Redis (:mod:`cache_server.service.locks`), so this
+holds across replicas of one cache too (docs/architecture.md, "Replicas and object storage").
 
 Size cap (``max_bytes``): once an object is written and verified (and before it is indexed),
 and again once it is indexed, entries are evicted, lowest :mod:`cache_server.index.eviction`
-score first and pinned entries never, until the distinct stored objects fit. Room is never
+score first and pinned entries never, until the distinct stored objects fit; an object
+being read (on any replica) is skipped, and eviction runs under the maintenance lease in
+Redis, on one replica at a time. Room is never
 made for a declared size: an upload that fails, or sends less than it claims, evicts
 nothing. Uploads in flight take disk space before they count (at most ``max_uploads`` of
 them). An object larger than the cap (refused before its body is read when its size is
@@ -32,12 +34,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from anyio import CancelScope, to_thread
 from redis.exceptions import RedisError
 
 from cache_server.index.leases import LeaseStore
+from cache_server.index.locks import LockBusy, RedisLock, ReplicaRegistry
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Event, Manifest, Stats
@@ -68,6 +71,11 @@ logger = logging.getLogger("cache_server")
 
 #: Entries read from the low end of the eviction order per round trip.
 _EVICTION_BATCH = 32
+#: Beside other live replicas, a temporary path in storage untouched for this long is a
+#: crash's leftover.
+LEFTOVER_AGE = 3600.0
+#: How long a store waits for another replica's eviction round before giving up (NoRoom).
+MAINTENANCE_WAIT = 60.0
 
 
 class ResultCache:
@@ -90,7 +98,10 @@ class ResultCache:
         self.max_body_bytes = max_body_bytes
         self.max_bytes = max_bytes
         self.leases = Leases(LeaseStore(index.redis, index.prefix), index, max_lease_hashes)
-        self._digest_locks = DigestLocks()
+        self.replicas = ReplicaRegistry(index.redis, index.prefix)
+        self.locks = DigestLocks(index.redis, index.prefix)
+        #: Eviction and gc run on one replica at a time.
+        self.maintenance = RedisLock(index.redis, f"{index.prefix}maintenance")
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
         self._uploads = 0  # in flight now (coroutines of one event loop: no lock needed)
@@ -151,10 +162,16 @@ class ResultCache:
         return await self.index.events(limit)
 
     async def remove_leftovers(self) -> int:
-        """Remove what interrupted writes left in storage; returns how many paths. Only while
-        nothing writes yet: at start, under the data directory's lock, any temporary path
-        is a leftover of a process that died (a kill during an upload), never a live write."""
-        return await to_thread.run_sync(self.storage.sweep_temporary)
+        """Remove what interrupted writes left in storage; returns how many paths. With
+        no other replica registered, every temporary path is a crash's leftover; beside
+        live ones, only those untouched for ``LEFTOVER_AGE`` (another replica's upload in
+        progress touches its files far more often)."""
+        try:
+            alone = not await self.replicas.others_alive()
+        except (RedisError, OSError):
+            alone = False  # unknown: assume company (the index answers 503 meanwhile)
+        age = 0.0 if alone else LEFTOVER_AGE
+        return await to_thread.run_sync(self.storage.sweep_temporary, age)
 
     async def check_health(self) -> None:
         """Return if the index answers, else raise :class:`IndexUnavailable`."""
@@ -198,7 +215,7 @@ class ResultCache:
         try:
             while (piece := await body.read_piece()) is not None:
                 await to_thread.run_sync(writer.write, piece)
-            async with self._digest_locks.hold(upload.digest):
+            async with self.locks.hold(upload.digest):
                 try:
                     result = await to_thread.run_sync(writer.commit)
                 except ObjectNotFound:
@@ -263,14 +280,14 @@ class ResultCache:
     async def _forget_replaced(self, old: Manifest, remaining: int) -> None:
         """After an overwrite with another object: the old object goes if nothing
         references it any more, else it just stops listing this entry in its sidecar."""
-        async with self._digest_locks.hold(old.digest):
+        async with self.locks.hold(old.digest):
             await to_thread.run_sync(self._forget_object, old.digest, old.hash, remaining)
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest:
         """Pin (never evicted) or unpin an entry; idempotent. The pin is recorded in the
         object's sidecar first, then in the index, so a rebuilt index keeps it."""
         manifest = await self.manifest(task_hash)
-        async with self._digest_locks.hold(manifest.digest):
+        async with self.locks.hold(manifest.digest):
             try:
                 await to_thread.run_sync(
                     self.storage.set_pinned, manifest.digest, task_hash, pinned
@@ -294,7 +311,8 @@ class ResultCache:
         drops the entry and raises :class:`EntryNotFound`."""
         manifest = await self.manifest(task_hash)
         try:
-            stored = await to_thread.run_sync(self.storage.get, manifest.digest)
+            async with self.locks.reading(manifest.digest):
+                stored = await to_thread.run_sync(self.storage.get, manifest.digest)
         except (ObjectNotFound, CorruptObject):
             await self._drop_corrupt(manifest)
             raise EntryNotFound(task_hash) from None
@@ -339,35 +357,54 @@ class ResultCache:
         if not await self._remove(manifest, "delete"):
             raise EntryNotFound(task_hash)
 
-    async def evict(self, task_hash: str) -> int:
-        """Evict one entry (pinned or not: callers choose); returns the bytes freed (its
-        object's size if no other entry references it, else 0)."""
+    async def evict(self, task_hash: str) -> bool:
+        """Evict one entry (pinned or not: callers choose) unless its object is being read;
+        whether it was evicted."""
         manifest = await self.index.manifest(task_hash)
         if manifest is None or not await self._remove(manifest, "evict"):
-            return 0
+            return False
         self.metrics.evictions.inc()
-        return manifest.nbytes
+        return True
 
     async def enforce_cap(self) -> int:
         """Evict (never pinned entries) until the stored objects fit ``max_bytes``; returns
-        how many entries were evicted. For ``gc``; stores do this themselves."""
+        how many entries were evicted. For ``gc`` (which holds the maintenance lease);
+        stores do this themselves."""
         evicted = 0
-        while self.max_bytes is not None:
-            if await self.index.stored_bytes() <= self.max_bytes:
-                break
-            victims = await self.index.eviction_candidates(_EVICTION_BATCH)
+        if self.max_bytes is not None:
+            with suppress(NoRoom):  # what is pinned or being read stays
+                evicted = await self._evict_until(self.max_bytes)
+        return evicted
+
+    async def _evict_until(self, limit: int, keep: str | None = None) -> int:
+        """Evict until stored bytes are at most ``limit``; :class:`NoRoom` if what is left
+        is pinned, ``keep`` or being read. Caller holds the maintenance lease."""
+        evicted = 0
+        skipped = {keep} if keep else set()
+        while (used := await self.index.stored_bytes()) > limit:
+            candidates = await self.index.eviction_candidates(_EVICTION_BATCH + len(skipped))
+            victims = [h for h in candidates if h not in skipped][:_EVICTION_BATCH]
             if not victims:
-                break
+                raise NoRoom(
+                    f"no room: {used} bytes stored of a cap of {self.max_bytes}, held by "
+                    "pinned entries or entries being read (unpin some, or raise "
+                    "RESULT_CACHE_MAX_BYTES)"
+                )
             for task_hash in victims:
-                await self.evict(task_hash)
-                evicted += 1
-                if await self.index.stored_bytes() <= self.max_bytes:
+                if await self.evict(task_hash):
+                    evicted += 1
+                else:
+                    skipped.add(task_hash)
+                if await self.index.stored_bytes() <= limit:
                     break
         return evicted
 
     async def _remove(self, manifest: Manifest, reason: str) -> bool:
-        """Manifest first, then the object if no entry references it any more."""
-        async with self._digest_locks.hold(manifest.digest):
+        """Manifest first, then the object if no entry references it any more. An
+        eviction leaves an object that is being read alone (False)."""
+        async with self.locks.hold(manifest.digest):
+            if reason == "evict" and await self.locks.readers(manifest.digest):
+                return False
             removed = await self.index.remove(manifest.hash, reason=reason)
             if removed is None:
                 return False
@@ -398,21 +435,13 @@ class ResultCache:
             return
         if need > cap:
             raise self._too_large(need)
-        while True:
-            used = await self.index.stored_bytes()
-            if used + need <= cap:
-                return
-            victims = [h for h in await self.index.eviction_candidates(_EVICTION_BATCH + 1)
-                       if h != keep][:_EVICTION_BATCH]  # fmt: skip
-            if not victims:
-                raise NoRoom(
-                    f"no room for {need} more bytes: {used} of max_bytes {cap} are held by "
-                    "pinned entries (unpin some, or raise RESULT_CACHE_MAX_BYTES)"
-                )
-            for task_hash in victims:
-                await self.evict(task_hash)
-                if await self.index.stored_bytes() + need <= cap:
-                    return
+        if await self.index.stored_bytes() + need <= cap:
+            return
+        try:
+            async with self.maintenance.hold(wait=MAINTENANCE_WAIT):
+                await self._evict_until(cap - need, keep)
+        except LockBusy as exc:
+            raise NoRoom(f"no room for {need} more bytes: {exc}") from None
 
     async def _enforce_cap(self, keep: str) -> None:
         """After indexing ``keep``: evict others until the cap holds again; if only pinned
@@ -446,7 +475,7 @@ class ResultCache:
         if locked:
             await self._drop_corrupt_locked(manifest)
             return
-        async with self._digest_locks.hold(manifest.digest):
+        async with self.locks.hold(manifest.digest):
             await self._drop_corrupt_locked(manifest)
 
     async def _drop_corrupt_locked(self, manifest: Manifest) -> None:
@@ -463,3 +492,4 @@ class ResultCache:
                 self.storage.remove_task(digest, task_hash)
         except (ObjectNotFound, CorruptObject):
             pass  # already gone: nothing left to forget
+

@@ -1,20 +1,29 @@
-"""One asyncio lock per content digest in use (see :class:`DigestLocks`)."""
+"""Per-digest locks shared by every replica of the cache (see :class:`DigestLocks`)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from redis.asyncio import Redis
+
+from cache_server.index.locks import ReadMarks, RedisLock
 
 __all__ = ["DigestLocks"]
 
 
 class DigestLocks:
-    """One asyncio lock per content digest in use, so that storing an object and deleting
-    its last reference never interleave within this process. Locks exist only while held
-    or awaited."""
+    """One lock per content digest in use, so that storing an object, rewriting its
+    sidecar and deleting its last reference never interleave, whichever replica does them:
+    an asyncio lock within this process (waiters queue without polling Redis), then the
+    digest's :class:`~cache_server.index.locks.RedisLock` across processes. Readers mark
+    themselves (:meth:`reading`) so that a holder can see them (:meth:`readers`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+        self._redis = redis
+        self._ttl = ttl
+        self._marks = ReadMarks(redis, prefix, ttl)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @asynccontextmanager
@@ -23,10 +32,20 @@ class DigestLocks:
         self._locks[digest] = (lock, users + 1)
         try:
             async with lock:
-                yield
+                async with RedisLock(self._redis, self._marks.lock_key(digest),
+                                     self._ttl).hold():
+                    yield
         finally:
             lock, users = self._locks[digest]
             if users == 1:
                 del self._locks[digest]
             else:
                 self._locks[digest] = (lock, users - 1)
+
+    def reading(self, digest: str) -> AbstractAsyncContextManager[None]:
+        """Mark a read of ``digest`` (waits while someone holds its lock)."""
+        return self._marks.reading(digest)
+
+    async def readers(self, digest: str) -> int:
+        """Live readers of ``digest``; call while holding its lock."""
+        return await self._marks.live_readers(digest)

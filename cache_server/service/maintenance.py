@@ -1,9 +1,10 @@
 """Offline maintenance of a data directory and its index: ``gc`` and ``reindex``.
 
-Both run on a cache opened with :func:`cache_server.runtime.open_cache`, hence under the
-data directory's lock: only while no server uses the directory, and no server starts while
-they run, because they delete and rewrite objects a server could be storing into. They use
-the server's Redis (``redis_url`` and ``redis_prefix``, or the embedded one).
+Both run on a cache opened with :func:`cache_server.runtime.open_cache`: with the embedded
+Redis under the data directory's lock (only while no server uses the directory); with a
+shared Redis beside running replicas, ``gc`` under the maintenance lease (one at a time,
+never beside another replica's eviction), taking each digest's lock before it deletes or
+rewrites an object, so a store in progress on a replica is never undone.
 
 - :func:`collect_garbage` sweeps interrupted writes, drops manifests whose object is gone
   (or, with ``verify``, corrupt), deletes objects no manifest references, makes every
@@ -62,8 +63,13 @@ async def collect_garbage(cache: ResultCache, *, verify: bool = False) -> GcRepo
     ``verify=True`` reads every object and checks its digest (a full read of the cache).
     Call inside :func:`cache_server.runtime.open_cache`.
     """
+    async with cache.maintenance.hold(wait=0):
+        return await _collect_garbage(cache, verify)
+
+
+async def _collect_garbage(cache: ResultCache, verify: bool) -> GcReport:
     index, storage = cache.index, cache.storage
-    report = GcReport(temporary_removed=await to_thread.run_sync(storage.sweep_temporary))
+    report = GcReport(temporary_removed=await cache.remove_leftovers())
     while removed := await cache.remove_expired():
         report.expired_removed += removed
     referenced: dict[str, list[Manifest]] = {}
@@ -82,17 +88,19 @@ async def collect_garbage(cache: ResultCache, *, verify: bool = False) -> GcRepo
             await to_thread.run_sync(storage.delete, digest)
             report.corrupt_objects_removed += 1
     for digest in await to_thread.run_sync(lambda: list(storage.digests())):
-        refs = await index.references(digest)
-        if not refs:
-            if await to_thread.run_sync(storage.delete, digest):
-                report.orphan_objects_removed += 1
-            continue
-        manifests = [m for m in referenced.get(digest, []) if m.hash in refs]
-        try:
-            if await to_thread.run_sync(_repair_sidecar, storage, digest, manifests):
-                report.sidecars_repaired += 1
-        except (CorruptObject, ObjectNotFound):
-            pass  # an entry indexed meanwhile is impossible under the lock; reads decide
+        async with cache.locks.hold(digest):  # a replica may be storing it right now
+            refs = await index.references(digest)
+            if not refs:
+                if await to_thread.run_sync(storage.delete, digest):
+                    report.orphan_objects_removed += 1
+                continue
+            manifests = await index.manifests(sorted(refs))
+            try:
+                if await to_thread.run_sync(_repair_sidecar, storage, digest,
+                                            [m for m in manifests if m is not None]):
+                    report.sidecars_repaired += 1
+            except (CorruptObject, ObjectNotFound):
+                pass  # removed meanwhile: reads decide
     await index.recount()
     report.evicted = await cache.enforce_cap()
     stats = await index.stats()

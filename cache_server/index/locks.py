@@ -1,0 +1,207 @@
+"""Locks in Redis, shared by every replica of one cache (docs/architecture.md, "Replicas").
+
+- :class:`RedisLock`: an exclusive lock with an expiry (``SET NX PX``), renewed while its
+  holder runs and released only by its holder (compare-and-delete), so a replica killed
+  while holding one blocks the others for at most ``ttl`` seconds. Used per content digest
+  (store vs. remove of one object, sidecar rewrites) and as the maintenance lease (eviction
+  and ``gc`` run on one replica at a time).
+- Read marks: a reader of an object registers itself in ``reading:<digest>`` (a sorted set
+  of reader ids by expiry) only while nobody holds that digest's lock; a holder of the lock
+  sees the live readers and leaves the object alone (eviction skips it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+__all__ = ["LockBusy", "ReadMarks", "RedisLock", "ReplicaRegistry"]
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+# KEYS: the digest's lock, its read marks; ARGV: reader id, expiry (ms since the epoch).
+_MARK_READ = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('PEXPIREAT', KEYS[2], ARGV[2])
+return 1
+"""
+# KEYS: the read marks; ARGV: now (ms since the epoch). Live readers, expired ones dropped.
+_LIVE_READERS = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+return redis.call('ZCARD', KEYS[1])
+"""
+
+_POLL_FIRST, _POLL_MAX = 0.002, 0.05
+
+
+class LockBusy(RuntimeError):
+    """Another holder kept the lock for longer than the caller would wait."""
+
+
+class RedisLock:
+    """One exclusive lock ``key`` in Redis; a fresh holder id per acquisition.
+
+    ``async with lock.hold(wait=...)`` waits up to ``wait`` seconds (None: forever) and
+    raises :class:`LockBusy` after that; while held, a task renews the expiry every third
+    of ``ttl``. Coroutine-safe; one instance per key and use.
+    """
+
+    def __init__(self, redis: Redis, key: str, ttl: float = 30.0) -> None:
+        self.redis = redis
+        self.key = key
+        self.ttl_ms = int(ttl * 1000)
+
+    async def try_acquire(self) -> str | None:
+        """The holder id if the lock was free, else None."""
+        holder = uuid.uuid4().hex
+        if await self.redis.set(self.key, holder, nx=True, px=self.ttl_ms):
+            return holder
+        return None
+
+    async def release(self, holder: str) -> None:
+        await self.redis.eval(_RELEASE, 1, self.key, holder)
+
+    @asynccontextmanager
+    async def hold(self, wait: float | None = None) -> AsyncIterator[str]:
+        deadline = None if wait is None else time.monotonic() + wait
+        pause = _POLL_FIRST
+        while (holder := await self.try_acquire()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LockBusy(f"{self.key} is held by another replica")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX)
+        renewer = asyncio.create_task(self._renew(holder))
+        try:
+            yield holder
+        finally:
+            renewer.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewer
+            await self.release(holder)
+
+    async def _renew(self, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            await self.redis.eval(_RENEW, 1, self.key, holder, self.ttl_ms)
+
+
+class ReadMarks:
+    """Readers of objects by digest, so that a lock holder can leave a read object alone.
+
+    ``lock_key(digest)`` names the digest's :class:`RedisLock`; a reader waits while it is
+    held (a removal or a store in progress) and then marks itself for ``ttl`` seconds
+    (renewed while it reads).
+    """
+
+    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.ttl_ms = int(ttl * 1000)
+
+    def lock_key(self, digest: str) -> str:
+        return f"{self.prefix}dlock:{digest}"
+
+    def marks_key(self, digest: str) -> str:
+        return f"{self.prefix}reading:{digest}"
+
+    @asynccontextmanager
+    async def reading(self, digest: str) -> AsyncIterator[None]:
+        reader = uuid.uuid4().hex
+        keys = (self.lock_key(digest), self.marks_key(digest))
+        pause = _POLL_FIRST
+        while not await self.redis.eval(_MARK_READ, 2, *keys, reader, self._expiry()):
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _POLL_MAX)
+        renewer = asyncio.create_task(self._renew(keys, reader))
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewer
+            await self.redis.zrem(keys[1], reader)
+
+    async def live_readers(self, digest: str) -> int:
+        """How many readers hold ``digest`` now (call while holding its lock)."""
+        now = int(time.time() * 1000)
+        return int(await self.redis.eval(_LIVE_READERS, 1, self.marks_key(digest), now))
+
+    def _expiry(self) -> int:
+        return int(time.time() * 1000) + self.ttl_ms
+
+    async def _renew(self, keys: tuple[str, str], reader: str) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            expiry = self._expiry()
+            await self.redis.zadd(keys[1], {reader: expiry})
+            await self.redis.pexpireat(keys[1], expiry)
+
+
+class ReplicaRegistry:
+    """The live replicas of one cache: ``replicas`` maps ``host:pid:uuid`` to the time its
+    registration expires; each replica renews its own every third of ``ttl``. A
+    registration from this host whose process is gone (killed, then restarted) is stale at
+    once, not only after ``ttl``."""
+
+    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+        self.redis = redis
+        self.key = f"{prefix}replicas"
+        self.ttl = ttl
+        self.replica_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+
+    async def others_alive(self) -> int:
+        """How many other replicas are registered, not expired, and (on this host) alive."""
+        await self.redis.zremrangebyscore(self.key, "-inf", time.time())
+        host = socket.gethostname()
+        alive = 0
+        for member in await self.redis.zrange(self.key, 0, -1):
+            if member == self.replica_id:
+                continue
+            their_host, pid, _ = member.rsplit(":", 2)
+            if their_host == host and (int(pid) == os.getpid() or not _running(int(pid))):
+                await self.redis.zrem(self.key, member)
+                continue
+            alive += 1
+        return alive
+
+    async def register(self) -> None:
+        """Register (or renew) this replica."""
+        await self.redis.zadd(self.key, {self.replica_id: time.time() + self.ttl})
+
+    async def keep_registered(self) -> None:
+        """Register now and renew forever (run as a task; cancel it to stop). Redis being
+        unreachable for a while only delays the next renewal."""
+        while True:
+            with suppress(RedisError, OSError):
+                await self.register()
+            await asyncio.sleep(self.ttl / 3)
+
+    async def unregister(self) -> None:
+        await self.redis.zrem(self.key, self.replica_id)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
