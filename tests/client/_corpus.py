@@ -5,6 +5,9 @@ and cache reports, so tests can run the corpus cold and warm in fresh processes:
 
     python -m tests.client._corpus URL NAMESPACE OUT.pkl [--scheduler threads] [--h5 PATH]
 
+(``--scheduler``: a named Dask scheduler, ``local-cluster``, or ``ray`` for the Ray
+cluster at ``RAY_ADDRESS``.)
+
 The IO entries read files next to the HDF5 file (``_corpus_values.write_inputs``).
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import operator
+import os
 import pickle
 import sys
 from collections.abc import Callable
@@ -416,6 +420,12 @@ def main(argv: list[str] | None = None) -> int:
     ctx = {"h5": args.h5}
     scheduler: object = args.scheduler
     client = None
+    if args.scheduler == "ray":  # the Ray cluster at RAY_ADDRESS (tests/client/test_ray.py)
+        import ray
+        from ray.util.dask import ray_dask_get
+
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
+        scheduler = ray_dask_get
     if args.scheduler == "local-cluster":
         from distributed import Client, LocalCluster
 
