@@ -115,12 +115,15 @@ class Stats(BaseModel):
 
 class Event(BaseModel):
     kind: Literal["store", "hit", "delete", "corrupt", "evict", "untrusted", "expire",
-                  "lookup"]
+                  "lookup", "run"]
     time: float
     hash: str | None = None
     label: str | None = None
     found: int | None = None
     missing: int | None = None
+    run: str | None = Field(default=None, description="a run event's run id")
+    status: str | None = Field(default=None, description="a run event's status")
+    stored: int | None = Field(default=None, description="a run event's stored count")
 
 
 class EventList(BaseModel):
@@ -183,3 +186,60 @@ class LeaseState(BaseModel):
     stored: bool
     ttl: float | None = Field(description="seconds left, null when not leased")
     estimate: float | None = Field(description="the holder's estimate of the compute time")
+
+
+# -- runs (docs/protocol.md, "Runs") --------------------------------------------------------
+
+#: What the cache did with one task of a run: loaded from the cache, culled (only a loaded
+#: task needed it), computed, computed and stored, volatile (never cached, ``reason`` says
+#: why), or found but computed anyway (a refresh, an entry that failed to load).
+TaskState = Literal["loaded", "culled", "computed", "stored", "volatile", "hit"]
+#: A run's task list holds at most this many tasks; larger runs send counts by label.
+MAX_RUN_TASKS = 5000
+_Text = Annotated[str, Field(max_length=1024)]
+
+
+class RunTask(BaseModel):
+    key: _Text
+    label: _Text = ""
+    state: TaskState
+    reason: _Text | None = None
+    deps: list[Annotated[int, Field(ge=0, lt=MAX_RUN_TASKS)]] = Field(
+        default_factory=list, max_length=64,
+        description="positions in the task list of this task's dependencies (for the graph)")
+
+
+class RunSummary(BaseModel):
+    """What one ``cached_compute`` did, as its client reported it. Posted when the run
+    starts (``status`` running, with the task list) and again as it goes and when it ends;
+    a later post replaces the counts and keeps the task list it does not resend."""
+
+    run_id: Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+    namespace: _Text = "default"
+    host: _Text = ""
+    user: _Text = ""
+    started: Annotated[float, Field(ge=0, lt=1e11)]
+    duration: Annotated[float, Field(ge=0, lt=1e9)] | None = None
+    status: Literal["running", "done", "failed"] = "running"
+    tasks: Annotated[int, Field(ge=0)] = 0
+    scheduled: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="tasks the scheduler runs (loads and fused groups count one)")
+    done: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="of the scheduled tasks, those finished so far")
+    hits: Annotated[int, Field(ge=0)] = 0
+    loaded: Annotated[int, Field(ge=0)] = 0
+    culled: Annotated[int, Field(ge=0)] = 0
+    computed: Annotated[int, Field(ge=0)] = 0
+    stored: Annotated[int, Field(ge=0)] | None = None
+    volatile: Annotated[int, Field(ge=0)] = 0
+    untrusted: Annotated[int, Field(ge=0)] = 0
+    saved_seconds: Annotated[float, Field(ge=0, lt=1e12)] = 0.0
+    fallback: _Text | None = None
+    task_list: list[RunTask] = Field(default_factory=list, max_length=MAX_RUN_TASKS)
+    by_label: dict[_Text, dict[TaskState, Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=dict, max_length=MAX_RUN_TASKS,
+        description="task counts by label and state (a run too large for a task list)")
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary] = Field(description="most recent first, without task lists")

@@ -7,6 +7,7 @@ computation: it warns once and computes without the cache.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -35,8 +36,9 @@ from .notices import warn_once
 from .policy import resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
+from .runs import RunReporter, reporting
 from .signing import SigningKey, configured_key
-from .tasks import StoreRun, pop_counts, server_lost
+from .tasks import StoreRun, pop_counts, pop_stored, server_lost
 from .transport import CacheClient, direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
@@ -169,6 +171,8 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     distrusted: set[str] = set()
     untrusted: set[str] = set()
     leased: set[str] = set()
+    reporter = RunReporter(client, run.run_id, m.graph, order, hashes, hits,
+                           _is_local(schedule)) if reporting() else None
     try:
         for attempt in range(3):
             usable = hits - distrusted if attempt < 2 and not refresh else set()
@@ -190,8 +194,11 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             report.waited = sum(s.lease == "wait" for s in rewritten.specs.values())
             lap("lease")
             try:
-                results = _run(schedule, rewritten.graph, m, compute_kwargs, hashes.pinned,
-                               rewritten.loaded_keys)
+                progress = (reporter.plan(report, len(rewritten.graph)) if reporter
+                            else contextlib.nullcontext())
+                with progress:
+                    results = _run(schedule, rewritten.graph, m, compute_kwargs,
+                                   hashes.pinned, rewritten.loaded_keys)
             except CacheEntryUntrusted as exc:
                 # Someone who can write to the cache replaced it; whatever else this run
                 # would load is checked now (headers only), not one retry per entry.
@@ -228,6 +235,8 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             break
     except BaseException:
         release_leases(run, leased)  # the tasks that never ran must not keep them
+        if reporter is not None and not server_lost(run.run_id):
+            reporter.finish(report, pop_stored(run.run_id), "failed")
         raise
     owner = _distributed_client(schedule)
     if owner is not None and compute_kwargs.get("sync", True) is False:
@@ -235,12 +244,13 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             digest = hashes.digests.get(key)
             if digest is not None and key in hashes.hashes:
                 remember(owner, future.key, digest)
-    counts = pop_counts(run.run_id)
+    counts, stored = pop_counts(run.run_id), pop_stored(run.run_id)
     if not _is_local(schedule) and owner is not None and compute_kwargs.get("sync", True):
         # The workers stored: ask them (one call) rather than print "stored ?".
-        from .distributed import worker_counts
+        from .distributed import worker_counts, worker_stored
 
         counts = worker_counts(owner, run.run_id)
+        stored = worker_stored(owner, run.run_id) if reporter is not None else stored
     if _is_local(schedule) or counts:
         report.stored = counts.get("stored", 0)
         report.waited_loaded = counts.get("waited-loaded", 0)
@@ -249,6 +259,9 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         report.fallback = f"cache server failed during the run, later stores skipped ({lost})"
     report.loaded += report.waited_loaded
     report.computed -= report.waited_loaded
+    if reporter is not None and lost is None:
+        reporter.finish(report, stored)
+    lap("report")
     logger.info("%s", report)
     if explain:
         print(report)

@@ -34,6 +34,7 @@ DEFAULTS = {
         # (same host, shared volume), verified; else over HTTP. never: always HTTP.
         "direct-read": "auto",  # frames this large are stored as Parquet, if exact
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
+        "report-runs": True,  # send each run's summary to the server (its dashboard)
         "auto": {
             "latency": 0.005,  # seconds per load request, for the auto policy
             "throughput": 500e6,  # bytes per second a load achieves

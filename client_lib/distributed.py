@@ -20,7 +20,7 @@ from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
 from .graph import Materialized
 
-__all__ = ["submit", "submit_checked", "worker_counts"]
+__all__ = ["submit", "submit_checked", "worker_counts", "worker_stored"]
 
 Key = Hashable
 _OWN_ANNOTATIONS = frozenset({"cache", "cache_version", "cache_ttl"})
@@ -104,6 +104,17 @@ def submit_checked(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
         raise error
     del watched  # loads that are not outputs: the scheduler keeps them while needed
     return outputs
+
+
+def worker_stored(client: Any, run_id: str) -> set[str]:
+    """The hashes the tasks of ``run_id`` stored on every worker (and forget them there)."""
+    from .tasks import pop_stored
+
+    try:
+        per_worker = client.run(pop_stored, run_id)
+    except Exception:  # a worker that left takes its list with it: fewer tasks show stored
+        return set()
+    return set().union(*per_worker.values())
 
 
 def worker_counts(client: Any, run_id: str) -> dict[str, int]:

@@ -38,13 +38,15 @@ from .policy import Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
 from .transport import CacheClient
 
-__all__ = ["StoreRun", "StoreSpec", "load_result", "run_and_store", "run_group", "server_lost"]
+__all__ = ["StoreRun", "StoreSpec", "load_result", "pop_counts", "pop_stored", "run_and_store",
+           "run_group", "server_lost"]
 
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
 # task hash -> warnings it and the tasks upstream of it raised here (or loaded with it)
 _chain_warnings: dict[str, tuple[RecordedWarning, ...]] = {}
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+_run_stored: defaultdict[str, set[str]] = defaultdict(set)  # run id -> hashes stored here
 # runs whose server failed a store in this process: their later stores skip the upload
 _lost_runs: dict[str, str] = {}
 _LOST_LIMIT = 10_000
@@ -116,6 +118,12 @@ def pop_counts(run_id: str) -> dict[str, int]:
         return dict(_run_counts.pop(run_id, {}))
 
 
+def pop_stored(run_id: str) -> set[str]:
+    """The hashes the tasks of ``run_id`` stored in *this* process."""
+    with _lock:
+        return _run_stored.pop(run_id, set())
+
+
 def server_lost(run_id: str) -> str | None:
     """Why ``run_id`` stopped storing in this process (its server failed), or None."""
     return _lost_runs.get(run_id)
@@ -152,6 +160,8 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
             if run.cache.put(spec.task_hash, payload, seconds, spec.label,
                              ttl=spec.ttl, overwrite=spec.overwrite):
                 count(run.run_id, "stored")
+                with _lock:
+                    _run_stored[run.run_id].add(spec.task_hash)
                 return True
             if spec.overwrite:  # no room for the new value: never serve the old one
                 run.cache.delete(spec.task_hash)

@@ -192,6 +192,10 @@ class CacheClient:
             found.update(itertools.compress(batch, flags))
         return found
 
+    def post_run(self, summary: dict[str, Any]) -> None:
+        """Record a run summary (docs/protocol.md, "Runs")."""
+        _expect(self._request("POST", "/v1/runs", json=summary), 200)
+
     def stats(self) -> dict[str, Any]:
         response = self._request("GET", "/v1/stats")
         _expect(response, 200)

@@ -23,6 +23,7 @@ from cache_server.service.errors import (
     InvalidLease,
     InvalidUpload,
     NoRoom,
+    RunNotFound,
 )
 from storage import CorruptObject, InvalidBody, InvalidHeader
 
@@ -70,6 +71,7 @@ STATUS: dict[type[Exception], int] = {
     InvalidUpload: 422,
     InvalidLease: 422,
     EntryNotFound: 404,
+    RunNotFound: 404,
     BodyTooLarge: 413,
     BodyTimeout: 408,
     Busy: 503,

@@ -486,8 +486,26 @@ class RedisIndex:
 
     async def events(self, limit: int) -> list[Event]:
         """The most recent events, newest first."""
+        return [event for _id, event in await self.events_with_ids(limit)]
+
+    async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
+        """The most recent events with their stream ids, newest first."""
         raw: Any = await self.redis.xrevrange(self._events, count=limit)
-        return [Event.model_validate(json.loads(fields["e"])) for _id, fields in raw]
+        return [(str(i), Event.model_validate(json.loads(f["e"]))) for i, f in raw]
+
+    async def events_after(self, last_id: str, limit: int, block_ms: int
+                           ) -> list[tuple[str, Event]]:
+        """Events after stream id ``last_id``, oldest first, waiting up to ``block_ms`` for
+        one to come (a live view follows the stream with this)."""
+        raw: Any = await self.redis.xread({self._events: last_id}, count=limit, block=block_ms)
+        return [(str(i), Event.model_validate(json.loads(f["e"])))
+                for _stream, entries in raw or [] for i, f in entries]
+
+    async def record_run_event(self, run_id: str, status: str, stored: int | None) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            fields = {"stored": stored} if stored is not None else {}
+            self._add_event(pipe, "run", run=run_id, status=status, **fields)
+            await pipe.execute()
 
     def _add_event(
         self,
@@ -497,7 +515,7 @@ class RedisIndex:
         task_hash: str | None = None,
         label: str | None = None,
         now: float | None = None,
-        **counts: int,
+        **counts: int | str,
     ) -> None:
         event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
         if task_hash is not None:

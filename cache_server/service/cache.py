@@ -42,8 +42,9 @@ from redis.exceptions import RedisError
 from cache_server.index.leases import LeaseStore
 from cache_server.index.locks import LockBusy, RedisLock, ReplicaRegistry
 from cache_server.index.redis_index import RedisIndex
+from cache_server.index.runs import RunStore
 from cache_server.metrics import Metrics
-from cache_server.models import Event, Manifest, Stats
+from cache_server.models import Event, Manifest, RunSummary, Stats
 from cache_server.service.body import UploadBody
 from cache_server.service.errors import (
     BodyTooLarge,
@@ -51,6 +52,7 @@ from cache_server.service.errors import (
     EntryNotFound,
     IndexUnavailable,
     NoRoom,
+    RunNotFound,
     storage_full,
 )
 from cache_server.service.leases import Leases
@@ -102,6 +104,7 @@ class ResultCache:
         self.locks = DigestLocks(index.redis, index.prefix)
         #: Eviction and gc run on one replica at a time.
         self.maintenance = RedisLock(index.redis, f"{index.prefix}maintenance")
+        self.runs = RunStore(index.redis, index.prefix)
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
         self._uploads = 0  # in flight now (coroutines of one event loop: no lock needed)
@@ -160,6 +163,24 @@ class ResultCache:
     async def events(self, limit: int) -> list[Event]:
         """The most recent events, newest first."""
         return await self.index.events(limit)
+
+    async def record_run(self, run: RunSummary) -> RunSummary:
+        """Record a run's summary (docs/protocol.md, "Runs"); a ``run`` event marks its
+        start and its end, not every progress report."""
+        before = await self.runs.get(run.run_id)
+        recorded = await self.runs.put(run)
+        if before is None or before.status != run.status:
+            await self.index.record_run_event(run.run_id, run.status, run.stored)
+        return recorded
+
+    async def run(self, run_id: str) -> RunSummary:
+        run = await self.runs.get(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def recent_runs(self, limit: int) -> list[RunSummary]:
+        return await self.runs.recent(limit)
 
     async def remove_leftovers(self) -> int:
         """Remove what interrupted writes left in storage; returns how many paths. With

@@ -18,6 +18,7 @@ __all__ = [
     "InvalidLease",
     "InvalidUpload",
     "NoRoom",
+    "RunNotFound",
     "ServiceError",
     "storage_full",
 ]
@@ -41,6 +42,14 @@ class EntryNotFound(ServiceError):
     def __init__(self, task_hash: str) -> None:
         super().__init__(f"no entry for task hash {task_hash}")
         self.task_hash = task_hash
+
+
+class RunNotFound(ServiceError):
+    """No run with this id is recorded (or it was trimmed as one of the oldest)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"no run {run_id}")
+        self.run_id = run_id
 
 
 class BodyTooLarge(ServiceError):

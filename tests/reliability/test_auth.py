@@ -48,6 +48,9 @@ ROUTES = {
     ("POST", "/v1/leases/release"): "write",
     ("GET", "/v1/leases/{task_hash}"): "read",
     ("GET", "/v1/events"): "read",
+    ("POST", "/v1/runs"): "write",
+    ("GET", "/v1/runs"): "read",
+    ("GET", "/v1/runs/{run_id}"): "read",
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
     ("GET", "/docs"): "read",
@@ -89,7 +92,10 @@ def call(server: RunningServer, method: str, path: str, token: str | None) -> ht
     elif path.startswith("/v1/leases") and method == "POST":
         body = b'{"holder": "auth-test", "hashes": []}'
         headers["Content-Type"] = "application/json"
-    url = server.url + path.replace("{task_hash}", new_hash())
+    elif path == "/v1/runs" and method == "POST":
+        body = f'{{"run_id": "{new_hash()}", "started": 1.0}}'.encode()
+        headers["Content-Type"] = "application/json"
+    url = server.url + path.replace("{task_hash}", new_hash()).replace("{run_id}", new_hash())
     return httpx.request(method, url, headers=headers, content=body, timeout=30)
 
 

@@ -1,0 +1,39 @@
+"""``/v1/runs``: what each ``cached_compute`` did, as its client reports it
+(docs/protocol.md, "Runs"); the dashboard's runs list and run pages read these."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from cache_server.api.auth import WriteAccess
+from cache_server.api.dependencies import CacheDep
+from cache_server.api.responses import errors
+from cache_server.models import RunList, RunSummary
+
+__all__ = ["RunId", "router"]
+
+router = APIRouter(tags=["runs"])
+
+RunId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="32 lowercase hex")]
+
+
+@router.post("/v1/runs", dependencies=[WriteAccess], responses=errors(403))
+async def post_run(run: RunSummary, cache: CacheDep) -> RunSummary:
+    """Record a run's summary: at its start (with its task list), as it progresses and at
+    its end. A post without a task list keeps the one recorded."""
+    return await cache.record_run(run)
+
+
+@router.get("/v1/runs", response_model_exclude={"runs": {"__all__": {"task_list", "by_label"}}})
+async def list_runs(cache: CacheDep,
+                    limit: Annotated[int, Query(ge=1, le=1000)] = 50) -> RunList:
+    """The most recent runs, newest first (the server keeps the last 1000)."""
+    return RunList(runs=await cache.recent_runs(limit))
+
+
+@router.get("/v1/runs/{run_id}", responses=errors(404))
+async def get_run(run_id: RunId, cache: CacheDep) -> RunSummary:
+    """One run with its task list."""
+    return await cache.run(run_id)

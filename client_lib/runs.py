@@ -1,0 +1,194 @@
+"""Run summaries for the server (docs/protocol.md, "Runs"): what one ``cached_compute`` did
+with each task, for the dashboard's runs list, run page and coloured graph.
+
+Posted when the run starts (its plan: loaded, culled, computed, volatile), as it progresses
+on a local scheduler (tasks finished, once a second at most, from a thread of its own) and
+when it ends (stored tasks known). Best effort: a server that refuses (a read token) or
+fails loses the summary, never the computation; config ``result-cache.report-runs: false``
+turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import logging
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Collection, Hashable, Mapping, Set
+from typing import Any
+
+import dask.config
+from dask._task_spec import GraphNode, Task
+from dask.callbacks import Callback
+
+from .errors import ResultCacheError
+from .hashing import GraphHashes
+from .report import CacheReport
+from .transport import CacheClient
+
+__all__ = ["MAX_RUN_TASKS", "Progress", "RunReporter", "post_run", "reporting", "run_summary",
+           "task_states"]
+
+logger = logging.getLogger("client_lib")
+Key = Hashable
+#: The server's bound on a run's task list; larger runs send counts by label.
+MAX_RUN_TASKS = 5000
+_MAX_DEPS = 64
+
+
+def reporting() -> bool:
+    """Whether runs are reported (config ``result-cache.report-runs``)."""
+    return bool(dask.config.get("result-cache.report-runs", True))
+
+
+def task_states(graph: Mapping[Key, GraphNode], order: list[Key], hashes: GraphHashes,
+                hits: Set[str], loaded: Collection[Key], computed: Collection[Key],
+                stored: Set[str]) -> dict[Key, tuple[str, str | None]]:
+    """What the run does with each task of the (unfused) graph, in ``order``: loaded,
+    culled, computed, stored, volatile (with its reason) or hit (found, computed anyway).
+    ``stored``: the hashes this run stored (empty while it runs)."""
+    loaded, computed = set(loaded), set(computed)
+    states: dict[Key, tuple[str, str | None]] = {}
+    for key in order:
+        if not isinstance(graph.get(key), Task):
+            continue
+        task_hash = hashes.hashes.get(key)
+        if key in loaded:
+            states[key] = ("loaded", None)
+        elif key not in computed:
+            states[key] = ("culled", None)
+        elif key in hashes.volatile:
+            states[key] = ("volatile", hashes.volatile[key])
+        elif task_hash in stored:
+            states[key] = ("stored", None)
+        elif task_hash in hits:
+            states[key] = ("hit", None)
+        else:
+            states[key] = ("computed", None)
+    return states
+
+
+def run_summary(report: CacheReport, run_id: str, started: float, status: str, *,
+                states: dict[Key, tuple[str, str | None]] | None = None,
+                graph: Mapping[Key, GraphNode] | None = None, scheduled: int = 0,
+                done: int = 0, labels: Mapping[Key, str] | None = None) -> dict[str, Any]:
+    """The JSON body of ``POST /v1/runs``; with ``states``, the task list (or, past
+    :data:`MAX_RUN_TASKS` tasks, the counts by label)."""
+    body: dict[str, Any] = {
+        "run_id": run_id, "namespace": report.namespace, "host": socket.gethostname(),
+        "user": _user(), "started": started, "status": status, "tasks": report.tasks,
+        "scheduled": scheduled, "done": done, "hits": report.hits, "loaded": report.loaded,
+        "culled": report.culled, "computed": report.computed, "stored": report.stored,
+        "volatile": report.volatile, "untrusted": report.untrusted,
+        "fallback": report.fallback,
+    }
+    if status != "running":
+        body["duration"] = max(time.time() - started, 0.0)
+    if states is None:
+        return body
+    labels = labels or {}
+    if len(states) > MAX_RUN_TASKS:
+        by_label: dict[str, Counter] = {}
+        for key, (state, _) in states.items():
+            by_label.setdefault(labels.get(key) or _name(key), Counter())[state] += 1
+        body["by_label"] = {label: dict(c) for label, c in
+                            list(by_label.items())[:MAX_RUN_TASKS]}
+        return body
+    position = {key: i for i, key in enumerate(states)}
+    tasks = []
+    for key, (state, reason) in states.items():
+        node = graph.get(key) if graph is not None else None
+        deps = [position[d] for d in (node.dependencies if node is not None else ())
+                if d in position][:_MAX_DEPS]
+        tasks.append({"key": str(key)[:1024], "label": (labels.get(key) or _name(key))[:1024],
+                      "state": state, "reason": reason and reason[:1024], "deps": deps})
+    body["task_list"] = tasks
+    return body
+
+
+def post_run(cache: CacheClient, body: dict[str, Any]) -> None:
+    """Send a run summary; never raises (the summary is lost, the run goes on)."""
+    try:
+        cache.post_run(body)
+    except ResultCacheError as exc:
+        logger.info("result cache: run summary not recorded (%s)", exc)
+
+
+class Progress(Callback):
+    """Counts the tasks a local scheduler finishes and posts the count, at most once a
+    second, from a thread of its own (a task never waits on the server)."""
+
+    def __init__(self, cache: CacheClient, summary: dict[str, Any]) -> None:
+        super().__init__()
+        self.cache = cache
+        self.summary = {k: v for k, v in summary.items() if k != "task_list"}
+        self.done = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="result-cache-progress")
+
+    def __enter__(self) -> Progress:
+        super().__enter__()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self._stop.set()
+        super().__exit__(*args)
+        self._thread.join(timeout=5)
+
+    def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+        self.done += 1
+
+    def _loop(self) -> None:
+        sent = 0
+        while not self._stop.wait(1.0):
+            if self.done != sent:
+                sent = self.done
+                post_run(self.cache, {**self.summary, "done": sent})
+
+
+def _name(key: Key) -> str:
+    name = key[0] if isinstance(key, tuple) and key else key
+    return str(name).rsplit("-", 1)[0] if isinstance(name, str) else str(name)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return ""
+
+
+class RunReporter:
+    """The summaries of one run: :meth:`plan` when its rewrite is done (returns the context
+    the run executes in: progress on local schedulers), :meth:`finish` at its end."""
+
+    def __init__(self, cache: CacheClient, run_id: str, graph: Mapping[Key, GraphNode],
+                 order: list[Key], hashes: GraphHashes, hits: Set[str], local: bool) -> None:
+        self.cache, self.run_id = cache, run_id
+        self.graph, self.order, self.hashes, self.hits = graph, order, hashes, hits
+        self.local = local
+        self.started = time.time()
+        self.scheduled = 0
+
+    def plan(self, report: CacheReport, scheduled: int) -> Any:
+        self.scheduled = scheduled
+        body = self._summary(report, "running", frozenset())
+        post_run(self.cache, body)
+        return Progress(self.cache, body) if self.local else contextlib.nullcontext()
+
+    def finish(self, report: CacheReport, stored: Set[str], status: str = "done") -> None:
+        body = self._summary(report, status, stored)
+        body["done"] = self.scheduled if status == "done" else 0
+        post_run(self.cache, body)
+
+    def _summary(self, report: CacheReport, status: str, stored: Set[str]) -> dict[str, Any]:
+        states = task_states(self.graph, self.order, self.hashes, self.hits,
+                             report.loaded_keys, report.computed_keys, stored)
+        return run_summary(report, self.run_id, self.started, status, states=states,
+                           graph=self.graph, scheduled=self.scheduled,
+                           labels=self.hashes.labels)

@@ -1,0 +1,86 @@
+"""``/v1/runs``: run summaries as clients report them (docs/protocol.md, "Runs"), and what
+``cached_compute`` reports: counts, task states, progress, the run events."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import dask
+import httpx
+import pytest
+
+from client_lib import cached_compute, last_report
+from tests.server.conftest import MakeApp
+
+
+def summary(run_id: str, **fields) -> dict:
+    return {"run_id": run_id, "started": time.time(), **fields}
+
+
+@pytest.mark.anyio
+async def test_a_later_post_keeps_the_task_list_and_bad_input_is_refused(make_app: MakeApp):
+    client = await make_app()
+    run_id = uuid.uuid4().hex
+    tasks = [{"key": "a", "label": "a", "state": "computed"},
+             {"key": "b", "label": "b", "state": "volatile", "reason": "random", "deps": [0]}]
+    first = await client.post("/v1/runs", json=summary(run_id, tasks=2, task_list=tasks))
+    assert first.status_code == 200 and first.json()["status"] == "running"
+    await client.post("/v1/runs", json=summary(run_id, tasks=2, done=1, scheduled=2))
+    run = (await client.get(f"/v1/runs/{run_id}")).json()
+    assert run["done"] == 1 and [t["state"] for t in run["task_list"]] == ["computed",
+                                                                           "volatile"]
+    listed = (await client.get("/v1/runs")).json()["runs"]
+    assert [r["run_id"] for r in listed] == [run_id] and "task_list" not in listed[0]
+    assert (await client.get(f"/v1/runs/{uuid.uuid4().hex}")).status_code == 404
+    for bad in (summary("not-hex"), summary(run_id, tasks=-1),
+                summary(run_id, task_list=[{"key": "a", "state": "eaten"}]),
+                summary(run_id, task_list=[{"key": "a", "state": "loaded"}] * 5001)):
+        assert (await client.post("/v1/runs", json=bad)).status_code == 422
+
+
+@pytest.mark.anyio
+async def test_only_the_most_recent_runs_are_kept(make_app: MakeApp):
+    client = await make_app()
+    cache = client._transport.app.state.cache  # type: ignore[attr-defined]
+    cache.runs.keep = 3
+    ids = [uuid.uuid4().hex for _ in range(5)]
+    for n, run_id in enumerate(ids):
+        await client.post("/v1/runs", json=summary(run_id, started=1000.0 + n))
+    listed = [r["run_id"] for r in (await client.get("/v1/runs")).json()["runs"]]
+    assert listed == ids[:1:-1]
+    assert (await client.get(f"/v1/runs/{ids[0]}")).status_code == 404
+
+
+def test_cached_compute_reports_its_runs(cache_server):
+    ns = uuid.uuid4().hex
+    a = dask.delayed(lambda: 3, pure=True)()
+    b = dask.delayed(lambda x: x * 2, pure=True)(a)
+    noisy = dask.delayed(time.time, pure=False)()
+    c = dask.delayed(lambda x, t: x + 1, pure=True)(b, noisy)
+    cached_compute(b, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads")
+    cached_compute(c, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads")
+    report = last_report()
+    runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
+    mine = [r for r in runs if r["namespace"] == ns]
+    assert [r["status"] for r in mine] == ["done", "done"]
+    last = httpx.get(f"{cache_server.url}/v1/runs/{mine[0]['run_id']}").json()
+    assert (last["tasks"], last["hits"], last["loaded"], last["culled"], last["computed"],
+            last["volatile"]) == (report.tasks, report.hits, report.loaded, report.culled,
+                                  report.computed, report.volatile)
+    states = {t["key"]: t["state"] for t in last["task_list"]}
+    assert states[a.key] == "culled" and states[b.key] == "loaded"
+    assert states[noisy.key] == "volatile" and states[c.key] == "volatile"
+    assert last["done"] == last["scheduled"] > 0
+    events = httpx.get(f"{cache_server.url}/v1/events", params={"limit": 1000}).json()
+    assert {"running", "done"} <= {e["status"] for e in events["events"]
+                                   if e.get("run") == mine[0]["run_id"]}
+
+
+def test_runs_are_not_reported_when_turned_off(cache_server):
+    ns = uuid.uuid4().hex
+    with dask.config.set({"result-cache.report-runs": False}):
+        cached_compute(dask.delayed(sum, pure=True)([1]), cache=cache_server.url,
+                       namespace=ns, scheduler="threads")
+    runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
+    assert not [r for r in runs if r["namespace"] == ns]
