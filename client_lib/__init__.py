@@ -10,6 +10,7 @@ from .errors import (
     CacheAccessDenied,
     CacheEntryCorrupt,
     CacheEntryUnavailable,
+    CacheEntryUntrusted,
     CacheProtocolError,
     CacheUnavailable,
     ResultCacheError,
@@ -17,6 +18,7 @@ from .errors import (
 )
 from .futures import CachedClient
 from .hashing import KEY_VERSION, cache_version, register
+from .lazy import NotCached, open_cached
 from .persist import cached_persist
 from .policy import Candidate
 from .report import CacheReport, last_report
@@ -29,16 +31,19 @@ __all__ = [
     "CacheEntryCorrupt",
     "CachedClient",
     "CacheEntryUnavailable",
+    "CacheEntryUntrusted",
     "CacheProtocolError",
     "CacheReport",
     "CacheUnavailable",
     "Candidate",
+    "NotCached",
     "ResultCacheError",
     "VolatileValue",
     "cache_version",
     "cached_compute",
     "cached_persist",
     "last_report",
+    "open_cached",
     "register",
     "task_hashes",
 ]

@@ -22,6 +22,7 @@ import os
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,24 @@ import numpy as np
 
 from .codec import content_hasher
 
-__all__ = ["DirectReadFailed", "local_path", "read_object"]
+__all__ = ["DirectReadFailed", "Location", "local_path", "read_object"]
 
 _READ_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Location:
+    """An entry's object as ``GET /v1/entries/{hash}/location`` describes it: ``path`` is
+    where this process sees its payload (``None``: it cannot), the rest is the manifest's
+    (dtype and shape in their wire form)."""
+
+    path: Path | None
+    storage: str
+    kind: str
+    dtype: str
+    shape: str
+    digest: str
+    label: str = ""
 
 
 class DirectReadFailed(Exception):

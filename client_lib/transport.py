@@ -368,40 +368,56 @@ class CacheClient:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
 
+    def locate(self, task_hash: str) -> direct.Location | None:
+        """Where the entry's object lies and what it is (``GET /v1/entries/{hash}/location``,
+        which counts a hit), or ``None`` when the server has no such entry. Raises
+        :class:`CacheEntryUntrusted` (reported to the server) when this client has a
+        signing key and the entry no valid signature: checked before anything is read."""
+        response = self._request("GET", f"/v1/entries/{task_hash}/location")
+        if response.status_code == 404:
+            return None
+        _expect(response, 200)
+        try:
+            found = response.json()
+            shape = found.get("shape")
+            place = direct.Location(
+                path=direct.local_path(found.get("location")), storage=found["storage"],
+                kind=found["kind"], dtype=found.get("dtype") or "",
+                shape="" if shape is None else json.dumps(shape, separators=(",", ":")),
+                digest=found["digest"], label=found.get("label") or "")
+            signature = found.get("signature")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CacheProtocolError(f"bad location of {task_hash}: {exc!r}") from None
+        key = self.signing_key
+        if key is not None and not key.verify(signature, task_hash, place.kind, place.dtype,
+                                              place.shape, place.digest):
+            self.report_untrusted(task_hash)
+            raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
+        return place
+
     def _get_direct(self, task_hash: str) -> Any:
         """The value read in place and verified, or ``_NOT_DIRECT`` (load over HTTP).
         The signature is checked on the entry's metadata before the object is read; a
         mismatch is :class:`CacheEntryUntrusted`, as over HTTP."""
         try:
-            response = self._request("GET", f"/v1/entries/{task_hash}/location")
-            found = response.json() if response.status_code == 200 else None
-        except (ResultCacheError, ValueError):
+            place = self.locate(task_hash)
+        except CacheEntryUntrusted:
+            raise
+        except ResultCacheError:
             return _NOT_DIRECT  # the HTTP load reports whatever is wrong
-        if not isinstance(found, dict):
+        if place is None:
+            return _NOT_DIRECT
+        if place.path is None:
+            self._storage_unseen = True
             return _NOT_DIRECT
         try:
-            path = direct.local_path(found.get("location"))
-            if path is None:
-                self._storage_unseen = True
-                return _NOT_DIRECT
-            kind, digest, storage = found["kind"], found["digest"], found["storage"]
-            dtype = found.get("dtype") or ""
-            shape = ("" if found.get("shape") is None
-                     else json.dumps(found["shape"], separators=(",", ":")))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CacheProtocolError(f"bad location of {task_hash}: {exc!r}") from None
-        key = self.signing_key
-        if key is not None and not key.verify(found.get("signature"), task_hash, kind, dtype,
-                                              shape, digest):
-            self.report_untrusted(task_hash)
-            raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
-        try:
-            body = direct.read_object(path, storage, kind, dtype, shape, digest)
+            body = direct.read_object(place.path, place.storage, place.kind, place.dtype,
+                                      place.shape, place.digest)
         except direct.DirectReadFailed as exc:
             logger.info("result cache: direct read of %s failed (%s); loading over HTTP",
                         task_hash, exc)
             return _NOT_DIRECT
-        return codec.decode(kind, dtype, shape, body)
+        return codec.decode(place.kind, place.dtype, place.shape, body)
 
     def _trusted(self, task_hash: str, headers: httpx.Headers) -> bool:
         """Whether an object's headers carry our signature for ``task_hash`` (always, for a

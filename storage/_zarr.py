@@ -33,6 +33,7 @@ stored as same-itemsize unsigned integers and viewed back; the sidecar keeps the
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import warnings
 from collections.abc import Iterator
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import numcodecs
 import numpy as np
+import xxhash
 import zarr
 from zarr.codecs import BloscCodec
 from zarr.storage import LocalStore
@@ -57,9 +59,19 @@ try:  # zarr marks fixed-width strings as not yet covered by a stable v3 spec; w
 except ImportError:  # pragma: no cover - other zarr 3.x layouts
     pass
 
-__all__ = ["CHUNK_TARGET_BYTES", "MIN_COMPRESSION_RATIO", "ZarrArrayStore", "chunk_shape"]
+__all__ = [
+    "CHUNK_DIGESTS_NAME",
+    "CHUNK_TARGET_BYTES",
+    "MIN_COMPRESSION_RATIO",
+    "ZarrArrayStore",
+    "chunk_shape",
+]
 
 CHUNK_TARGET_BYTES = 16 * 2**20
+#: Beside ``zarr.json``: the xxh3-128 (hex) of every chunk's bytes as they arrived (the
+#: true dtype, C order), chunks in C order of the grid. A lazy reader verifies each chunk it
+#: reads against it (``client_lib.open_cached``); the object's digest covers the whole body.
+CHUNK_DIGESTS_NAME = "chunk_digests.json"
 MIN_COMPRESSION_RATIO = 1.3
 _SAMPLE_WINDOW = 256 * 2**10
 _SAMPLE_WINDOWS = 3
@@ -219,6 +231,7 @@ class _ZarrPayload(Payload):
         self._array: zarr.Array | None = None
         self._buffer: bytearray | None = None
         self._filled = 0
+        self._digests: list[str] = []
         self._next_region()
 
     def _next_region(self) -> None:
@@ -248,6 +261,7 @@ class _ZarrPayload(Payload):
         assert self._region is not None
         if self._array is None:
             self._array = _create(self._directory, self._shape, self._chunks, self._stored, piece)
+        self._digests.append(xxhash.xxh3_128_hexdigest(piece))
         self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(self._dims)
         self._next_region()
 
@@ -255,6 +269,7 @@ class _ZarrPayload(Payload):
         # An empty array has no chunk; a short body is refused by the digest check.
         if self._array is None:
             _create(self._directory, self._shape, self._chunks, self._stored, b"")
+        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps({"digests": self._digests}))
         self._buffer = None
 
     def close(self) -> None:

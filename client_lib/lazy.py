@@ -1,0 +1,197 @@
+"""``open_cached``: a cached collection reopened lazily, nothing read until computed.
+docs/architecture.md, "Lazy reload".
+
+- An array whose result is one Zarr array in the cache (the usual case for a large output)
+  becomes a dask array over that Zarr store, one dask block per Zarr chunk: opening a
+  10 GiB intermediate costs one request and one small file, and computing a slice reads
+  only the chunks under it. Each chunk is verified when read against the digest storage
+  recorded for it (``chunk_digests.json`` beside ``zarr.json``), after the entry's
+  signature was checked at open.
+- Otherwise the collection is rebuilt from load tasks, each a full verified load
+  (``load_result``: direct read or HTTP, signature, digest, recorded warnings, handle
+  checks) when computed: one per chunk or partition when each is cached (what
+  ``cached_persist`` stores; a DataFrame's partitions are Parquet files or pickles), else
+  one over the finished result (what ``cached_compute`` stores: a DataFrame of one
+  partition, a small array or one on storage this process cannot see).
+
+A collection with any output not in the cache raises :class:`NotCached`, naming the task.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import numpy as np
+import xxhash
+from dask._task_spec import Task
+from dask.base import is_dask_collection
+from dask.core import flatten
+from dask.utils import key_split
+
+from .api import _hash, _namespace, resolve_cache
+from .direct import Location
+from .errors import CacheEntryCorrupt, ResultCacheError
+from .graph import Materialized, materialize
+from .tasks import load_result
+from .transport import CacheClient
+
+__all__ = ["NotCached", "open_cached"]
+
+CHUNK_DIGESTS_NAME = "chunk_digests.json"  # docs/protocol.md, "Direct reads"
+
+
+class NotCached(ResultCacheError, LookupError):
+    """``open_cached`` found an output of the collection missing from the cache."""
+
+
+def open_cached(collection: Any, *, cache: str | CacheClient | None = None,
+                namespace: str | None = None, optimize_graph: bool = True) -> Any:
+    """The dask collection ``collection`` would compute to, reopened from the cache
+    without computing or loading anything yet (see the module docstring).
+
+    ``cache`` and ``namespace`` as for :func:`~client_lib.cached_compute`. Raises
+    :class:`NotCached` naming the first missing task when the cache does not hold the
+    collection's result (or every one of its chunks or partitions), and
+    :class:`~client_lib.CacheEntryUntrusted` for an entry without a valid signature for
+    ``result-cache.signing-key``."""
+    if not is_dask_collection(collection):
+        raise TypeError(f"open_cached takes a dask collection, not {type(collection).__name__}")
+    client = resolve_cache(cache)
+    if client is None:
+        raise ValueError("open_cached needs a cache: set result-cache.url or pass cache=")
+    namespace = _namespace(namespace)
+    is_array = _is_array(collection)
+    _, [(output, label)] = _outputs(collection, client, namespace, optimize_graph, True)
+    place = client.locate(output) if client.lookup([output]) else None
+    if is_array and place is not None and _lazy_zarr(place):
+        # The finished array (concatenated chunks) as one Zarr array, sliced lazily.
+        return _zarr_array(place, output, collection)
+    m, parts = _outputs(collection, client, namespace, optimize_graph, False)
+    found = client.lookup({h for h, _ in parts})
+    missing = [(key, h, label) for key, (h, label) in zip(m.keys, parts, strict=True)
+               if h not in found]
+    if not missing:
+        return _from_loads(collection, client, m, parts)
+    if place is not None:
+        return _from_output(collection, client, output, label, place)
+    key, h, label = missing[0]
+    raise NotCached(f"open_cached: {len(missing)} of {len(parts)} outputs of "
+                    f"{_name(collection)} are not in the cache {client.url} (namespace "
+                    f"{namespace!r}), e.g. the task {label!r} with key {key!r} (hash {h}), "
+                    "nor is its finished result: compute it with cached_compute or "
+                    "cached_persist first")
+
+
+def _is_array(collection: Any) -> bool:
+    import sys
+
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(collection, da.Array)
+
+
+def _name(collection: Any) -> str:
+    return f"{type(collection).__name__} {getattr(collection, '_name', '')!r}".strip()
+
+
+def _outputs(collection: Any, client: CacheClient, namespace: str, optimize_graph: bool,
+             finalize: bool) -> tuple[Materialized, list[tuple[str, str]]]:
+    """The graph ``cached_compute`` (``finalize``) or ``cached_persist`` would run, and
+    (task hash, label) of each of its output keys; NotCached for a volatile one."""
+    m, _, hashes = _hash(materialize([collection], optimize_graph, finalize=finalize),
+                         namespace, client.signing_key)
+    out = []
+    for key in m.keys:
+        task_hash = hashes.hashes.get(key)
+        if task_hash is None:
+            reason = hashes.volatile.get(key, "not a task of its own")
+            raise NotCached(f"open_cached: output {key!r} of {_name(collection)} is never "
+                            f"cached ({reason})")
+        out.append((task_hash, hashes.labels.get(key) or key_split(key)))
+    return m, out
+
+
+def _from_loads(collection: Any, client: CacheClient, m: Materialized,
+                parts: list[tuple[str, str]]) -> Any:
+    """The collection rebuilt over one verified load task per output key (persist's
+    keys: chunks or partitions), as ``cached_persist`` rebuilds it."""
+    keys = list(flatten(m.nested_keys))
+    graph = {key: Task(key, load_result, client, task_hash, label)
+             for key, (task_hash, label) in zip(keys, parts, strict=True)}
+    rebuild, extra = collection.__dask_postpersist__()
+    return rebuild(graph, *extra)
+
+
+def _from_output(collection: Any, client: CacheClient, task_hash: str, label: str,
+                 place: Location) -> Any:
+    """One chunk or partition over the cached finished result, loaded when computed."""
+    if _is_array(collection):
+        import dask.array as da
+        from dask import delayed
+
+        shape = tuple(json.loads(place.shape)) if place.kind == "ndarray" else collection.shape
+        return da.from_delayed(delayed(load_result, pure=True)(client, task_hash, label),
+                               shape=shape, dtype=collection.dtype, meta=collection._meta)
+    import dask.dataframe as dd
+
+    return dd.from_map(_load_one, [(client, task_hash, label)], meta=collection._meta,
+                       enforce_metadata=False)
+
+
+def _load_one(args: tuple[CacheClient, str, str]) -> Any:
+    return load_result(*args)
+
+
+def _lazy_zarr(place: Location) -> bool:
+    return (place.storage == "zarr" and place.path is not None
+            and (place.path / CHUNK_DIGESTS_NAME).is_file())
+
+
+def _zarr_array(place: Location, task_hash: str, like: Any) -> Any:
+    """A dask array with one block per chunk of the Zarr array at ``place``."""
+    import dask.array as da
+
+    assert place.path is not None
+    meta = json.loads((place.path / "zarr.json").read_bytes())
+    digests = tuple(json.loads((place.path / CHUNK_DIGESTS_NAME).read_bytes())["digests"])
+    shape = tuple(json.loads(place.shape))
+    grid = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
+    chunks = da.core.normalize_chunks(grid, shape)
+    if len(digests) != int(np.prod([len(c) for c in chunks])) or tuple(meta["shape"]) != shape:
+        raise CacheEntryCorrupt(task_hash, "chunk digests for the array's grid",
+                                f"{len(digests)} digests")
+    dtype = np.dtype(place.dtype)
+    return da.map_blocks(
+        _read_block, dtype=dtype, chunks=chunks, name=f"open-cached-{task_hash}",
+        meta=np.empty((0,) * len(shape), dtype=dtype), path=str(place.path),
+        digests=digests, dtype_text=place.dtype, task_hash=task_hash)
+
+
+@functools.lru_cache(maxsize=64)
+def _open_zarr(path: str) -> Any:
+    import zarr
+    from zarr.storage import LocalStore
+
+    return zarr.open_array(LocalStore(path, read_only=True), mode="r")
+
+
+def _read_block(path: str, digests: tuple[str, ...], dtype_text: str, task_hash: str,
+                block_id: tuple[int, ...] = ()) -> np.ndarray:
+    """One Zarr chunk in its true dtype, verified against its recorded digest."""
+    array = _open_zarr(path)
+    region = tuple(slice(i * c, min((i + 1) * c, n))
+                   for i, c, n in zip(block_id, array.chunks, array.shape, strict=True))
+    stored = np.asarray(array[region])
+    dtype = np.dtype(dtype_text)
+    # Unit-less datetimes are kept as integers of the same size; other dtypes come back
+    # in native byte order (storage/_zarr.py).
+    block = np.ascontiguousarray(stored.view(dtype) if stored.dtype.kind != dtype.kind
+                                 else stored.astype(dtype, copy=False))
+    grid = tuple(-(-n // c) for c, n in zip(array.chunks, array.shape, strict=True))
+    index = int(np.ravel_multi_index(block_id, grid)) if block_id else 0
+    actual = xxhash.xxh3_128_hexdigest(memoryview(block).cast("B"))
+    if actual != digests[index]:
+        raise CacheEntryCorrupt(task_hash, digests[index], actual)
+    return block
+
