@@ -11,7 +11,9 @@ tells how many entries still reference the digest), then the object, only if non
 crash between the two steps therefore leaves an object without a manifest (swept by ``gc``),
 never a manifest without its object. Both sequences hold the digest's lock, so a store that
 reuses an existing object cannot interleave with the removal of that object's last
-reference; the digest's lock lives in Redis (:mod:`cache_server.service.locks`), so this
+reference; uploads of one task hash also publish one at a time (the task hash's lock, taken
+before the digest's), so the losers of a race remove their objects at once instead of
+leaving orphans. The locks live in Redis (:mod:`cache_server.service.locks`), so this
 holds across replicas of one cache too (docs/architecture.md, "Replicas and object storage").
 
 Size cap (``max_bytes``): once an object is written and verified (and before it is indexed),
@@ -63,6 +65,7 @@ from storage import (
     CorruptObject,
     LocalStorage,
     ObjectNotFound,
+    PutResult,
     StoredObject,
     TaskReference,
 )
@@ -219,11 +222,7 @@ class ResultCache:
             return await self._store(upload, self._body(chunks))
 
     async def _store(self, upload: Upload, body: UploadBody) -> tuple[Manifest, bool]:
-        existing = await self.index.manifest(upload.task_hash)
-        if existing is not None and existing.expires is not None and (
-                existing.expires <= time.time()):
-            await self._remove(existing, "expire")
-            existing = None
+        existing = await self._current(upload.task_hash)
         if existing is not None and not upload.overwrite:
             await body.drain()
             await self.leases.drop(upload.task_hash)
@@ -236,31 +235,16 @@ class ResultCache:
         try:
             while (piece := await body.read_piece()) is not None:
                 await to_thread.run_sync(writer.write, piece)
-            async with self.locks.hold(upload.digest):
+            # The task hash's lock first, then the digest's (never the other way round):
+            # uploads of one hash publish one at a time, so a loser never evicts.
+            async with self.locks.hold(f"task:{upload.task_hash}"), \
+                    self.locks.hold(upload.digest):
                 try:
                     result = await to_thread.run_sync(writer.commit)
                 except ObjectNotFound:
                     raise Busy("the stored object this upload matched was removed meanwhile; "
                                "upload it again") from None
-                sidecar = result.sidecar
-                if result.created:
-                    # Room is made now, for bytes received and verified, never for a
-                    # declared size: a failed or lying upload evicts nothing.
-                    try:
-                        await self._make_room(sidecar.nbytes)
-                    except NoRoom:
-                        # Unreachable for anyone but this upload: remove it again.
-                        await self._forget_unindexed(upload.digest, upload.task_hash, True)
-                        raise
-                manifest = manifest_for(sidecar, reference)
-                manifest.type = upload.type_name or sidecar.type
-                if upload.ttl is not None:
-                    manifest.expires = now + upload.ttl
-                replaced = await self.index.replace(manifest) if upload.overwrite else None
-                if replaced is None:
-                    indexed, created = await self.index.add(manifest)
-                else:
-                    indexed, created = manifest, True
+                indexed, created, replaced = await self._publish(upload, result, reference)
         except OSError as exc:
             if storage_full(exc):
                 raise NoRoom(f"the server's disk is full: {exc}") from exc
@@ -269,7 +253,7 @@ class ResultCache:
             # Also when cancelled (the client went away): the temporary data goes now.
             with CancelScope(shield=True):
                 await to_thread.run_sync(writer.abort)
-        if replaced is not None and replaced[0].digest != manifest.digest:
+        if replaced is not None and replaced[0].digest != upload.digest:
             await self._forget_replaced(*replaced)
         await self.leases.drop(upload.task_hash)
         self.metrics.bytes_received.inc(body.nbytes)
@@ -277,6 +261,51 @@ class ResultCache:
             self.metrics.stores.inc()
             await self._enforce_cap(keep=upload.task_hash)
         return indexed, created
+
+    async def _current(self, task_hash: str) -> Manifest | None:
+        """The hash's manifest, unless there is none or it expired (then it goes now)."""
+        manifest = await self.index.manifest(task_hash)
+        if manifest is not None and manifest.expires is not None and (
+                manifest.expires <= time.time()):
+            await self._remove(manifest, "expire")
+            return None
+        return manifest
+
+    async def _publish(self, upload: Upload, result: PutResult, reference: TaskReference
+                       ) -> tuple[Manifest, bool, tuple[Manifest, int] | None]:
+        """Index an upload whose object is durable (caller holds the task hash's and the
+        digest's locks): the manifest indexed now, whether it is new, and what an overwrite
+        replaced.
+
+        An upload that lost the race to another of the same hash (with a different body)
+        removes what it wrote at once, evicting nothing for it: no orphan is left for
+        ``gc``, and every object on disk is one the index counts."""
+        if not upload.overwrite and (winner := await self._current(upload.task_hash)):
+            await self._forget_loser(upload, result, winner)
+            return winner, False, None
+        sidecar = result.sidecar
+        if result.created:
+            # Room is made now, for bytes received and verified, never for a declared
+            # size: a failed or lying upload evicts nothing.
+            try:
+                await self._make_room(sidecar.nbytes)
+            except NoRoom:
+                await self._forget_unindexed(upload.digest, upload.task_hash, True)
+                raise
+        manifest = manifest_for(sidecar, reference)
+        manifest.type = upload.type_name or sidecar.type
+        if upload.ttl is not None:
+            manifest.expires = reference.created + upload.ttl
+        if upload.overwrite and (replaced := await self.index.replace(manifest)) is not None:
+            return manifest, True, replaced
+        indexed, created = await self.index.add(manifest)
+        if not created:  # indexed meanwhile (by another server on the same Redis)
+            await self._forget_loser(upload, result, indexed)
+        return indexed, created, None
+
+    async def _forget_loser(self, upload: Upload, result: PutResult, winner: Manifest) -> None:
+        if winner.digest != upload.digest:
+            await self._forget_unindexed(upload.digest, upload.task_hash, result.created)
 
     @contextmanager
     def _upload_slot(self) -> Iterator[None]:
