@@ -20,7 +20,7 @@ import time
 from cache_server.data_lock import DataDirLock
 from cache_server.index.embedded import EmbeddedRedis
 from cache_server.settings import Settings
-from storage import LocalStorage
+from storage import open_storage
 
 __all__ = ["run_replicas"]
 
@@ -37,13 +37,15 @@ def run_replicas(settings: Settings, workers: int, log_level: str, fd: int | Non
     redis_url = settings.redis_url
     if redis_url is None:
         lock = DataDirLock(data_dir).acquire(wait=10.0)
-        LocalStorage(data_dir).sweep_temporary()
+        open_storage(settings.objects_url()).sweep_temporary()
         embedded = EmbeddedRedis(data_dir / "redis")
         redis_url = embedded.start()
     command = [sys.executable, "-m", "cache_server", "serve", "--fd", str(listener.fileno()),
                "--host", settings.host, "--port", str(listener.getsockname()[1]),
                "--data-dir", str(data_dir), "--redis-url", redis_url,
                "--log-level", log_level]  # fmt: skip
+    if settings.storage_url is not None:
+        command += ["--storage-url", settings.storage_url]
     stopping = False
 
     def stop(signum: int, frame: object) -> None:

@@ -22,7 +22,7 @@ from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.service.cache import ResultCache
 from cache_server.settings import Settings
-from storage import LocalStorage
+from storage import open_storage
 
 __all__ = ["open_cache"]
 
@@ -58,7 +58,7 @@ async def open_cache(
         )
         yield ResultCache(
             index,
-            LocalStorage(data_dir),
+            open_storage(settings.objects_url()),
             metrics or Metrics(),
             settings.max_body_bytes,
             settings.max_bytes,

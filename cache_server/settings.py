@@ -9,8 +9,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from storage import storage_url_problem
 
 __all__ = ["Settings", "parse_size"]
 
@@ -44,6 +46,20 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="RESULT_CACHE_", extra="ignore")
 
+    @field_validator("storage_url")
+    @classmethod
+    def _known_storage(cls, url: str | None) -> str | None:
+        if url is None or not url.strip():
+            return None
+        problem = storage_url_problem(url.strip())
+        if problem is not None:
+            raise ValueError(problem)
+        return url.strip()
+
+    def objects_url(self) -> str:
+        """The storage URL in effect."""
+        return self.storage_url or (self.data_dir.resolve() / "objects").as_uri()
+
     redis_url: str | None = Field(
         default=None,
         description="Redis to use; None starts an embedded redis-server in data_dir/redis",
@@ -53,6 +69,11 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         default=Path(".dask-result-cache"), description="objects, and the embedded Redis"
+    )
+    storage_url: str | None = Field(
+        default=None,
+        description="where objects live: file:///path or s3://bucket/prefix (credentials and "
+        "endpoint from the AWS_* variables); None: file://<data_dir>/objects",
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8780, ge=0, le=65535)

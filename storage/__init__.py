@@ -7,8 +7,10 @@ size) or a single backend (:class:`BlobStore`, :class:`ZarrArrayStore`,
 """
 
 from storage._blob import BlobStore
+from storage._bucket import BucketStorage
 from storage._local import ZARR_MIN_BYTES, LocalStorage
 from storage._parquet import ParquetStore
+from storage._url import open_storage, storage_url_problem
 from storage._zarr import ZarrArrayStore
 from storage.base import (
     Buffer,
@@ -33,6 +35,7 @@ from storage.header import ObjectHeader, content_digest, is_digest
 __all__ = [
     "ZARR_MIN_BYTES",
     "BlobStore",
+    "BucketStorage",
     "BodySizeMismatch",
     "Buffer",
     "CorruptObject",
@@ -53,4 +56,6 @@ __all__ = [
     "ZarrArrayStore",
     "content_digest",
     "is_digest",
+    "open_storage",
+    "storage_url_problem",
 ]

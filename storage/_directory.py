@@ -32,6 +32,7 @@ from storage._atomic import (
     replace_file,
 )
 from storage._body import BodyCheck
+from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
     Buffer,
     ObjectStore,
@@ -65,7 +66,7 @@ class Payload(ABC):
         """Release files and buffers after a failure (the directory is removed anyway)."""
 
 
-class DirectoryStore(ObjectStore):
+class DirectoryStore(SidecarEdits, ObjectStore):
     """An :class:`ObjectStore` keeping each object in its own directory under ``root``.
 
     Subclasses write and read the payload (:meth:`_write_payload`, :meth:`_read_payload`);
@@ -140,13 +141,7 @@ class DirectoryStore(ObjectStore):
             if directory.is_dir():
                 raise CorruptObject(f"object {digest} has no sidecar") from exc
             raise ObjectNotFound(digest) from exc
-        try:
-            sidecar = Sidecar.loads(raw)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptObject(f"unreadable sidecar of {digest}: {exc}") from exc
-        if sidecar.digest != digest:
-            raise CorruptObject(f"sidecar of {digest} names {sidecar.digest}")
-        return sidecar
+        return parse_sidecar(raw, digest)
 
     def exists(self, digest: str) -> bool:
         return is_digest(digest) and self.object_path(digest).is_dir()
@@ -178,29 +173,8 @@ class DirectoryStore(ObjectStore):
                 if is_digest(entry.name) and entry.name.startswith(fan_out.name):
                     yield entry.name
 
-    def add_task(self, digest: str, task: TaskReference) -> Sidecar:
-        with self._lock:
-            return self._add_task_locked(digest, task)
-
-    def remove_task(self, digest: str, task_hash: str) -> Sidecar:
-        with self._lock:
-            sidecar = self.sidecar(digest)
-            if task_hash not in sidecar.tasks:
-                return sidecar
-            updated = sidecar.without_task(task_hash)
-            replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
-            return updated
-
-    def set_pinned(self, digest: str, task_hash: str, pinned: bool) -> Sidecar:
-        with self._lock:
-            sidecar = self.sidecar(digest)
-            if task_hash not in sidecar.tasks:
-                raise KeyError(f"object {digest} has no task {task_hash}")
-            if sidecar.tasks[task_hash].pinned == pinned:
-                return sidecar
-            updated = sidecar.with_pinned(task_hash, pinned)
-            replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
-            return updated
+    def _write_sidecar(self, sidecar: Sidecar) -> None:
+        replace_file(self.object_path(sidecar.digest), SIDECAR_NAME, sidecar.dumps())
 
     def sweep_temporary(self, older_than: float = 0.0) -> int:
         with self._lock:
@@ -216,14 +190,6 @@ class DirectoryStore(ObjectStore):
                 else:
                     path.unlink(missing_ok=True)
         return len(doomed)
-
-    def _add_task_locked(self, digest: str, task: TaskReference) -> Sidecar:
-        sidecar = self.sidecar(digest)
-        if task.task_hash in sidecar.tasks:
-            return sidecar
-        updated = sidecar.with_task(task)
-        replace_file(self.object_path(digest), SIDECAR_NAME, updated.dumps())
-        return updated
 
 
 class _DirectoryWriter(ObjectWriter):

@@ -35,14 +35,24 @@ class LocalStorage(ObjectStore):
     name = "local"
 
     def __init__(self, data_dir: str | Path) -> None:
-        self.root = Path(data_dir) / "objects"
+        self._open(Path(data_dir) / "objects")
+
+    @classmethod
+    def at(cls, root: str | Path) -> LocalStorage:
+        """The storage whose objects live directly under ``root`` (``file://`` URLs)."""
+        storage = cls.__new__(cls)
+        storage._open(Path(root))
+        return storage
+
+    def _open(self, root: Path) -> None:
+        self.root = root
         self.blobs = BlobStore(self.root / "blob")
         self.arrays = ZarrArrayStore(self.root / "zarr")
         self.frames = ParquetStore(self.root / "parquet")
         self._backends: tuple[DirectoryStore, ...] = (self.arrays, self.frames, self.blobs)
 
     def __repr__(self) -> str:
-        return f"LocalStorage({str(self.root.parent)!r})"
+        return f"LocalStorage.at({str(self.root)!r})"
 
     def backend_for(self, header: ObjectHeader) -> DirectoryStore:
         """The backend that stores new objects with this header."""

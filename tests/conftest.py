@@ -4,6 +4,9 @@
 - ``cache_server`` (session): a cache server process (``start_server``) on that Redis with its
   own key prefix and data directory. Tests share it: use fresh random hashes, and compare
   counters before and after rather than absolute values.
+- ``moto_s3`` (session): moto's S3 server on a free port (``.url``, ``.env``,
+  ``make_bucket``); ``s3_url`` (function): an empty ``s3://bucket/prefix`` of its own, with
+  the AWS variables pointing at moto set for the test.
 - ``fresh_server`` (function): a factory for servers of one's own, e.g.
   ``fresh_server(max_body_bytes=1000)`` or ``fresh_server(embedded=True, data_dir=path)``;
   all are stopped at the end of the test.
@@ -18,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from cache_server.launch import RunningServer, start_server
-from tests._servers import RedisProcess
+from tests._servers import MotoS3, RedisProcess
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +31,23 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield process.url
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    server = MotoS3(tmp_path_factory.mktemp("moto"))
+    try:
+        server.make_bucket("cache")
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_url(moto_s3: MotoS3, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name, value in moto_s3.env.items():
+        monkeypatch.setenv(name, value)
+    return f"s3://cache/{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")

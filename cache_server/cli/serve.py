@@ -26,6 +26,12 @@ __all__ = ["serve"]
     help="external Redis [env RESULT_CACHE_REDIS_URL]; default: an embedded redis-server",
 )
 @click.option(
+    "--storage-url",
+    default=None,
+    help="file:///path or s3://bucket/prefix [env RESULT_CACHE_STORAGE_URL]; "
+    "default: <data-dir>/objects",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="info",
@@ -44,6 +50,7 @@ def serve(
     port: int | None,
     data_dir: Path | None,
     redis_url: str | None,
+    storage_url: str | None,
     log_level: str,
     workers: int,
     fd: int | None,
@@ -60,6 +67,7 @@ def serve(
         "port": port,
         "data_dir": data_dir,
         "redis_url": redis_url,
+        "storage_url": storage_url,
     }
     settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     if workers > 1:

@@ -63,8 +63,8 @@ from cache_server.service.upload import Upload, manifest_for
 from storage import (
     BodySizeMismatch,
     CorruptObject,
-    LocalStorage,
     ObjectNotFound,
+    ObjectStore,
     PutResult,
     StoredObject,
     TaskReference,
@@ -89,7 +89,7 @@ class ResultCache:
     def __init__(
         self,
         index: RedisIndex,
-        storage: LocalStorage,
+        storage: ObjectStore,
         metrics: Metrics,
         max_body_bytes: int,
         max_bytes: int | None = None,

@@ -23,7 +23,7 @@ from anyio import to_thread
 from cache_server.models import Manifest
 from cache_server.service.cache import ResultCache
 from cache_server.service.upload import manifest_for
-from storage import CorruptObject, LocalStorage, ObjectNotFound, TaskReference
+from storage import CorruptObject, ObjectNotFound, ObjectStore, TaskReference
 
 __all__ = ["GcReport", "ReindexReport", "collect_garbage", "reindex"]
 
@@ -134,7 +134,7 @@ async def reindex(cache: ResultCache, *, verify: bool = False) -> ReindexReport:
     return report
 
 
-def _object_problem(storage: LocalStorage, digest: str, verify: bool) -> str | None:
+def _object_problem(storage: ObjectStore, digest: str, verify: bool) -> str | None:
     """None if the object is fine, ``missing`` or ``corrupt`` otherwise."""
     try:
         if verify:
@@ -148,7 +148,7 @@ def _object_problem(storage: LocalStorage, digest: str, verify: bool) -> str | N
     return None
 
 
-def _repair_sidecar(storage: LocalStorage, digest: str, manifests: list[Manifest]) -> bool:
+def _repair_sidecar(storage: ObjectStore, digest: str, manifests: list[Manifest]) -> bool:
     """Make the sidecar list exactly ``manifests`` (with their pins); True if it changed."""
     sidecar = storage.sidecar(digest)
     wanted = {m.hash: m for m in manifests}

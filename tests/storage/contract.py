@@ -10,12 +10,13 @@ import itertools
 import threading
 import time
 import tracemalloc
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cloudpickle
+import fsspec
 import numpy as np
 import pytest
 
@@ -67,21 +68,58 @@ def task(n: int = 1, label: str = "step") -> TaskReference:
     return TaskReference(f"{n:032x}", label, 0.5 * n, 1764460000.0 + n)
 
 
-def payload_files(store: ObjectStore, digest: str) -> list[Path]:
-    """The files of one stored object other than its sidecar, largest first."""
-    directory = store.object_path(digest)  # type: ignore[attr-defined]
-    files = [p for p in directory.rglob("*") if p.is_file() and p.name != "sidecar.json"]
-    return sorted(files, key=lambda p: p.stat().st_size, reverse=True)
+class Files:
+    """A store's files as the tests see them, through fsspec (the local filesystem, or the
+    bucket of a :class:`~storage.BucketStorage`): where its objects and temporary areas
+    are, to inspect and damage them."""
 
+    def __init__(self, fs: Any, root: str, object_dir: Any) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.object_dir = object_dir  # digest -> the object's directory
 
-def visible_files(root: Path) -> list[Path]:
-    """Every file under a store's root outside its temporary areas."""
-    return [p for p in root.rglob("*") if p.is_file() and ".tmp" not in p.relative_to(root).parts]
+    @classmethod
+    def of(cls, store: Any) -> Files:
+        if hasattr(store, "fs"):  # BucketStorage
+            return cls(store.fs, store.root, lambda d: f"{store.root}/{d[:2]}/{d}")
+        return cls(fsspec.filesystem("file"), str(store.root),
+                   lambda d: str(store.object_path(d)))
 
+    def _below_root(self, withdirs: bool = False) -> list[str]:
+        if not self.fs.exists(self.root):
+            return []
+        return [p.rstrip("/") for p in self.fs.find(self.root, withdirs=withdirs)]
 
-def temporary_leftovers(root: Path) -> list[Path]:
-    """Whatever is left inside a store's temporary areas."""
-    return [p for p in root.rglob(".tmp/*")]
+    def _temporary(self, path: str) -> bool:
+        return "/.tmp/" in path[len(self.root):]
+
+    def visible(self) -> list[str]:
+        """Every file under the root outside its temporary areas."""
+        return [p for p in self._below_root() if not self._temporary(p)]
+
+    def leftovers(self) -> list[str]:
+        """Whatever is left inside the temporary areas."""
+        return [p for p in self._below_root(withdirs=True) if self._temporary(p)]
+
+    def payloads(self, digest: str) -> list[str]:
+        """The files of one stored object other than its sidecar, largest first."""
+        found = self.fs.find(self.object_dir(digest), detail=True)
+        files = [(info["size"], path) for path, info in found.items()
+                 if not path.endswith("/sidecar.json")]
+        return [path for _, path in sorted(files, reverse=True)]
+
+    def sidecar(self, digest: str) -> str:
+        return f"{self.object_dir(digest)}/sidecar.json"
+
+    def read(self, path: str) -> bytes:
+        return self.fs.cat_file(path)
+
+    def write(self, path: str, data: bytes) -> None:
+        self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        self.fs.pipe_file(path, data)
+
+    def remove(self, path: str) -> None:
+        self.fs.rm_file(path)
 
 
 def failing_chunks(encoded: Encoded, after: int) -> Iterator[bytes]:
@@ -92,7 +130,26 @@ def failing_chunks(encoded: Encoded, after: int) -> Iterator[bytes]:
 
 
 class StoreContract:
-    """Contract tests; subclasses provide the ``store`` fixture (an empty store)."""
+    """Contract tests; subclasses provide the ``store`` fixture (an empty store), and
+    override :meth:`plant_crash_leftovers` where a crash leaves other things."""
+
+    def files(self, store: ObjectStore) -> Files:
+        return Files.of(store)
+
+    def location_options(self, store: ObjectStore) -> dict[str, Any]:
+        """fsspec options a direct reader of this store's locations needs."""
+        return {}
+
+    def plant_crash_leftovers(self, store: ObjectStore, digest: str) -> list[str]:
+        """Leave what crashes leave beside the stored object ``digest``: a write under the
+        backend's own ``.tmp``, a sidecar rewrite's temporary; the paths."""
+        directory = store.object_path(digest)  # type: ignore[attr-defined]
+        crashed = directory.parent.parent / ".tmp" / "put-crashed"
+        crashed.mkdir(parents=True)
+        (crashed / "blob").write_bytes(b"half")
+        stray = directory / ".sidecar.json.0123"
+        stray.write_bytes(b"{")
+        return [str(crashed), str(stray)]
 
     @pytest.fixture
     def store(self, tmp_path: Path) -> ObjectStore:
@@ -165,7 +222,7 @@ class StoreContract:
             store.put(encoded.header, encoded.chunks(), digest=wrong, task=task())
         assert not store.exists(wrong) and not store.exists(encoded.digest)
         assert list(store.digests()) == []
-        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).visible() == []
 
     def test_wrong_array_length_publishes_nothing(self, store: ObjectStore) -> None:
         encoded = encode_array(np.arange(100, dtype="<u2"))
@@ -176,7 +233,7 @@ class StoreContract:
             with pytest.raises(BodySizeMismatch):
                 store.put(encoded.header, [body], digest=digest, task=task())
         assert list(store.digests()) == []
-        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).visible() == []
 
     def test_bool_body_must_be_zeros_and_ones(self, store: ObjectStore) -> None:
         header = ObjectHeader.array("|b1", (4,))
@@ -185,7 +242,7 @@ class StoreContract:
             return
         with pytest.raises(InvalidBody):
             store.put(header, [body], digest=content_digest(header, body), task=task())
-        assert visible_files(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).visible() == []
 
     def test_failure_mid_write_publishes_nothing(self, store: ObjectStore) -> None:
         encoded = self.samples(store)[0]
@@ -195,8 +252,8 @@ class StoreContract:
             )
         assert not store.exists(encoded.digest)
         assert list(store.digests()) == []
-        assert visible_files(store.root) == []  # type: ignore[attr-defined]
-        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).visible() == []
+        assert self.files(store).leftovers() == []
 
     def test_writer_takes_pieces_as_they_come(self, store: ObjectStore) -> None:
         for encoded in self.samples(store):
@@ -214,8 +271,8 @@ class StoreContract:
         writer.abort()
         writer.abort()  # idempotent
         assert not store.exists(encoded.digest)
-        assert visible_files(store.root) == []  # type: ignore[attr-defined]
-        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).visible() == []
+        assert self.files(store).leftovers() == []
 
     def test_writer_memory_follows_the_bytes_not_the_declared_size(
             self, store: ObjectStore) -> None:
@@ -237,14 +294,13 @@ class StoreContract:
             finally:
                 tracemalloc.stop()
             assert peak < 40 * 2**20, header
-            assert visible_files(store.root) == []  # type: ignore[attr-defined]
+            assert self.files(store).visible() == []
 
     def test_leftover_temporary_write_is_invisible(self, store: ObjectStore) -> None:
         """A crash mid-write leaves a directory under .tmp: never listed, never served."""
         encoded = self.samples(store)[0]
-        temp = store.root / ".tmp" / f"put-crashed/{encoded.digest}"  # type: ignore[attr-defined]
-        temp.mkdir(parents=True)
-        (temp / "sidecar.json").write_text("{}")
+        files = self.files(store)
+        files.write(f"{files.root}/.tmp/put-crashed/{encoded.digest}/sidecar.json", b"{}")
         assert list(store.digests()) == []
         assert not store.exists(encoded.digest)
         assert self.put(store, encoded).created
@@ -295,15 +351,11 @@ class StoreContract:
     def test_sweep_removes_interrupted_writes_only(self, store: ObjectStore) -> None:
         encoded = self.samples(store)[0]
         self.put(store, encoded)
-        root = store.root  # type: ignore[attr-defined]
-        directory = store.object_path(encoded.digest)  # type: ignore[attr-defined]
-        crashed = directory.parent.parent / ".tmp" / "put-crashed"  # the backend's own .tmp
-        crashed.mkdir(parents=True)
-        (crashed / "blob").write_bytes(b"half")
-        stray = directory / ".sidecar.json.0123"
-        stray.write_bytes(b"{")
-        assert store.sweep_temporary() == 2
-        assert temporary_leftovers(root) == [] and not stray.exists()
+        planted = self.plant_crash_leftovers(store, encoded.digest)
+        files = self.files(store)
+        assert store.sweep_temporary(older_than=3600) == 0  # too young: maybe in progress
+        assert store.sweep_temporary() == len(planted)
+        assert files.leftovers() == [] and not any(files.fs.exists(p) for p in planted)
         assert bytes(store.get(encoded.digest).body) == encoded.body
 
     def test_delete(self, store: ObjectStore) -> None:
@@ -332,18 +384,20 @@ class StoreContract:
     def test_corrupt_payload_is_detected(self, store: ObjectStore) -> None:
         for encoded in self.samples(store):
             self.put(store, encoded)
-            target = payload_files(store, encoded.digest)[0]
-            data = bytearray(target.read_bytes())
+            files = self.files(store)
+            target = files.payloads(encoded.digest)[0]
+            data = bytearray(files.read(target))
             data[len(data) // 2] ^= 0x40
-            target.write_bytes(bytes(data))
+            files.write(target, bytes(data))
             with pytest.raises(CorruptObject):
                 store.get(encoded.digest)
 
     def test_truncated_payload_is_detected(self, store: ObjectStore) -> None:
         for encoded in self.samples(store):
             self.put(store, encoded)
-            target = payload_files(store, encoded.digest)[0]
-            target.write_bytes(target.read_bytes()[:-7])
+            files = self.files(store)
+            target = files.payloads(encoded.digest)[0]
+            files.write(target, files.read(target)[:-7])
             with pytest.raises(CorruptObject):
                 store.get(encoded.digest)
 
@@ -351,14 +405,16 @@ class StoreContract:
         """A lost Zarr chunk reads back as fill values: only the digest notices."""
         for encoded in self.samples(store):
             self.put(store, encoded)
-            payload_files(store, encoded.digest)[0].unlink()
+            files = self.files(store)
+            files.remove(files.payloads(encoded.digest)[0])
             with pytest.raises((CorruptObject, ObjectNotFound)):
                 store.get(encoded.digest)
 
     def test_corrupt_sidecar_is_detected(self, store: ObjectStore) -> None:
         encoded = self.samples(store)[0]
         self.put(store, encoded)
-        (store.object_path(encoded.digest) / "sidecar.json").write_text("{not json")  # type: ignore[attr-defined]
+        files = self.files(store)
+        files.write(files.sidecar(encoded.digest), b"{not json")
         with pytest.raises(CorruptObject):
             store.get(encoded.digest)
 
@@ -403,12 +459,12 @@ class StoreContract:
             location = store.location(encoded.digest)
             if location is None:
                 continue
-            assert location.startswith("file://")
-            path = Path(urllib.request.url2pathname(location[len("file://"):]))
-            if path.is_dir():
-                assert (path / "zarr.json").is_file()
+            assert location.startswith(("file://", "s3://"))
+            fs, path = fsspec.core.url_to_fs(location, **self.location_options(store))
+            if fs.isdir(path):
+                assert fs.isfile(f"{path.rstrip('/')}/zarr.json")
             else:
-                raw = path.read_bytes()
+                raw = fs.cat_file(path)
                 assert raw in (encoded.body, encoded.header.digest_prefix() + encoded.body)
         with pytest.raises(ObjectNotFound):
             store.location("f" * 32)

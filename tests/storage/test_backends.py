@@ -7,7 +7,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import BlobStore, LocalStorage, ObjectStore, ParquetStore, ZarrArrayStore
+from storage import (
+    BlobStore,
+    BucketStorage,
+    LocalStorage,
+    ObjectStore,
+    ParquetStore,
+    ZarrArrayStore,
+)
 from tests.storage.contract import (
     StoreContract,
     encode_array,
@@ -38,6 +45,24 @@ class TestParquetStore(StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> ObjectStore:
         return ParquetStore(tmp_path / "parquet")
+
+
+class TestBucketStorage(StoreContract):
+    """The same contract on S3 (moto's server on a local port)."""
+
+    @pytest.fixture
+    def store(self, s3_url: str) -> ObjectStore:
+        return BucketStorage(s3_url)
+
+    def plant_crash_leftovers(self, store: ObjectStore, digest: str) -> list[str]:
+        """An upload that died under ``.tmp``, and a blob whose sidecar never came (a crash
+        between the copy into place and the sidecar)."""
+        files = self.files(store)
+        crashed = f"{files.root}/.tmp/put-crashed"
+        files.write(crashed, b"half")
+        orphan = f"{files.root}/ee/{'e' * 32}/blob"
+        files.write(orphan, b"pickle\n\n\nhalf")
+        return [crashed, orphan]
 
 
 class TestLocalStorage(StoreContract):

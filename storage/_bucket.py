@@ -1,0 +1,229 @@
+"""Objects in an object store (``s3://bucket/prefix``) through fsspec (s3fs: the library
+zarr and dask use), so replicas on any machine share one storage.
+
+Layout under the prefix, like a blob store's (docs/architecture.md, "Replicas and object
+storage")::
+
+    <prefix>/<digest[:2]>/<digest>/blob           the digest's preimage (header, then body)
+    <prefix>/<digest[:2]>/<digest>/sidecar.json   written last: the object exists once it does
+    <prefix>/.tmp/put-<uuid>                       uploads in progress
+
+An object store has no rename, but every single PUT is atomic. A body is uploaded (in large
+multipart pieces, hashed as it goes) under ``.tmp``, verified, copied to its place
+server-side, and only then is the sidecar written: readers, who look for the sidecar first,
+see the whole object or none; an upload that fails the digest never touches the object's
+place. Deleting removes the sidecar first. Credentials and endpoint come from the standard
+AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
+``AWS_DEFAULT_REGION``), as botocore reads them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import xxhash
+
+from storage._body import BodyCheck
+from storage._sidecars import SidecarEdits, parse_sidecar
+from storage.base import (
+    Buffer,
+    ObjectStore,
+    ObjectWriter,
+    PutResult,
+    Sidecar,
+    StoredObject,
+    TaskReference,
+)
+from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
+from storage.header import ObjectHeader, is_digest
+
+__all__ = ["BucketStorage"]
+
+SIDECAR_NAME = "sidecar.json"
+BLOB_NAME = "blob"
+TEMP_NAME = ".tmp"
+#: Multipart piece size: large pieces keep an upload near the link's speed.
+_PART_BYTES = 64 * 2**20
+
+
+class BucketStorage(SidecarEdits, ObjectStore):
+    """Every object as one blob plus its sidecar under ``url`` (``s3://bucket/prefix``).
+
+    Thread-safe within a process (sidecar rewrites are serialised here); across processes
+    the server's digest locks serialise them. ``storage_options`` go to fsspec (the
+    listings cache is always off: other replicas change the bucket).
+    """
+
+    name = "blob"
+
+    def __init__(self, url: str, **storage_options: Any) -> None:
+        import fsspec
+
+        self.url = url.rstrip("/")
+        options = {"use_listings_cache": False, "skip_instance_cache": True,
+                   **storage_options}
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
+        self.root = self.root.rstrip("/")
+        self.protocol = self.url.split("://", 1)[0]
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"BucketStorage({self.url!r})"
+
+    def key(self, digest: str, name: str) -> str:
+        if not is_digest(digest):
+            raise ObjectNotFound(digest)
+        return f"{self.root}/{digest[:2]}/{digest}/{name}"
+
+    def accepts(self, header: ObjectHeader) -> bool:
+        return True
+
+    def open_writer(self, header: ObjectHeader, *, digest: str, task: TaskReference,
+                    type_name: str | None = None) -> ObjectWriter:
+        if not is_digest(digest):
+            raise InvalidHeader(f"not a content digest: {digest!r}")
+        return _BucketWriter(self, header, digest, task, type_name)
+
+    def get(self, digest: str) -> StoredObject:
+        sidecar = self.sidecar(digest)
+        try:
+            raw = memoryview(self.fs.cat_file(self.key(digest, BLOB_NAME)))
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(digest) from exc
+        prefix = sidecar.header.digest_prefix()
+        if raw[: len(prefix)] != prefix:
+            raise CorruptObject(f"blob {digest} does not start with its header")
+        body = raw[len(prefix):]
+        actual = xxhash.xxh3_128(raw).hexdigest()
+        if actual != digest or body.nbytes != sidecar.nbytes:
+            raise DigestMismatch(digest, actual)
+        return StoredObject(sidecar, body)
+
+    def sidecar(self, digest: str) -> Sidecar:
+        try:
+            raw = self.fs.cat_file(self.key(digest, SIDECAR_NAME))
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(digest) from exc
+        return parse_sidecar(raw, digest)
+
+    def exists(self, digest: str) -> bool:
+        return is_digest(digest) and self.fs.exists(self.key(digest, SIDECAR_NAME))
+
+    def location(self, digest: str) -> str | None:
+        if not self.exists(digest):
+            raise ObjectNotFound(digest)
+        return f"{self.protocol}://{self.key(digest, BLOB_NAME)}"
+
+    def delete(self, digest: str) -> bool:
+        with self._lock:
+            if not self.exists(digest):
+                return False
+            self.fs.rm_file(self.key(digest, SIDECAR_NAME))  # gone for readers from here
+        try:
+            self.fs.rm_file(self.key(digest, BLOB_NAME))
+        except FileNotFoundError:
+            pass
+        return True
+
+    def digests(self) -> Iterator[str]:
+        for path in sorted(self.fs.glob(f"{self.root}/??/*/{SIDECAR_NAME}")):
+            digest = path.rsplit("/", 2)[-2]
+            if is_digest(digest):
+                yield digest
+
+    def sweep_temporary(self, older_than: float = 0.0) -> int:
+        """Uploads under ``.tmp`` and blobs whose sidecar never came (a crash between the
+        copy and the sidecar, or between a delete's two steps)."""
+        cutoff = time.time() - older_than
+        found = self.fs.find(self.root, detail=True)
+        sidecars = {p for p in found if p.endswith("/" + SIDECAR_NAME)}
+        doomed = [
+            path for path, info in found.items()
+            if (path.startswith(f"{self.root}/{TEMP_NAME}/")
+                or (path.endswith("/" + BLOB_NAME)
+                    and path[: -len(BLOB_NAME)] + SIDECAR_NAME not in sidecars))
+            and _modified(info) <= cutoff
+        ]  # fmt: skip
+        for path in doomed:
+            try:
+                self.fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+        return len(doomed)
+
+    def _write_sidecar(self, sidecar: Sidecar) -> None:
+        self.fs.pipe_file(self.key(sidecar.digest, SIDECAR_NAME), sidecar.dumps())
+
+
+def _modified(info: dict[str, Any]) -> float:
+    stamp = info.get("LastModified") or info.get("mtime") or info.get("created")
+    if stamp is None:
+        return 0.0
+    return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+
+
+class _BucketWriter(ObjectWriter):
+    """Uploads under ``.tmp`` while hashing; on commit verifies, copies into place and
+    writes the sidecar. For a digest already stored the body is only hashed."""
+
+    def __init__(self, store: BucketStorage, header: ObjectHeader, digest: str,
+                 task: TaskReference, type_name: str | None) -> None:
+        self._store = store
+        self._header = header
+        self._digest = digest
+        self._task = task
+        self._type_name = type_name
+        self._body = BodyCheck(header, digest)
+        self._temp: str | None = None
+        self._file: Any = None
+        if not store.exists(digest):
+            self._temp = f"{store.root}/{TEMP_NAME}/put-{uuid.uuid4().hex}"
+            self._file = store.fs.open(self._temp, "wb", block_size=_PART_BYTES)
+            self._file.write(header.digest_prefix())
+
+    def write(self, data: Buffer) -> None:
+        view = self._body.feed(data)
+        if self._file is not None and view.nbytes:
+            self._file.write(view)
+
+    def commit(self) -> PutResult:
+        store, digest, task = self._store, self._digest, self._task
+        try:
+            self._body.verify()
+            if self._temp is None:  # already stored (or removed meanwhile: ObjectNotFound)
+                return PutResult(store.add_task(digest, task), created=False)
+            self._file.close()
+            self._file = None
+            sidecar = Sidecar(
+                digest=digest,
+                header=self._header,
+                storage=store.name,
+                nbytes=self._body.nbytes,
+                type=self._type_name,
+                created=task.created or time.time(),
+                tasks={task.task_hash: task},
+            )
+            with store._lock:
+                if store.exists(digest):  # stored meanwhile by another writer
+                    return PutResult(store._add_task_locked(digest, task), created=False)
+                store.fs.copy(self._temp, store.key(digest, BLOB_NAME))
+                store._write_sidecar(sidecar)
+            return PutResult(sidecar, created=True)
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.discard()  # aborts a multipart upload, drops the buffer
+            self._file.closed = True  # nothing left to flush
+            self._file = None
+        if self._temp is not None:
+            try:
+                self._store.fs.rm_file(self._temp)
+            except FileNotFoundError:
+                pass
+            self._temp = None
