@@ -124,6 +124,7 @@ class Event(BaseModel):
     run: str | None = Field(default=None, description="a run event's run id")
     status: str | None = Field(default=None, description="a run event's status")
     stored: int | None = Field(default=None, description="a run event's stored count")
+    seconds: float | None = Field(default=None, description="a hit's compute seconds saved")
 
 
 class EventList(BaseModel):

@@ -38,7 +38,16 @@ from cache_server.api.auth import (
 from cache_server.api.errors import answer_error, answer_validation_error, install_error_handlers
 from cache_server.api.middleware import JsonBodyLimit, MetricsMiddleware
 from cache_server.api.responses import COMMON_ERRORS, errors
-from cache_server.api.routers import entries, health, leases, lookup, objects, runs, stats
+from cache_server.api.routers import (
+    dashboard,
+    entries,
+    health,
+    leases,
+    lookup,
+    objects,
+    runs,
+    stats,
+)
 from cache_server.metrics import Metrics
 from cache_server.runtime import open_cache
 from cache_server.settings import Settings
@@ -125,6 +134,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (lookup, leases, objects, entries, stats, runs):
         app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
     app.include_router(health.router, responses=errors(503))
+    app.include_router(dashboard.router)  # pages check access per route (login is open)
     install_error_handlers(app)
 
     @app.exception_handler(RequestValidationError)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.responses import RedirectResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as ASGIScope
@@ -31,6 +32,7 @@ __all__ = [
     "AuthenticateFirst",
     "ReadAccess",
     "Scope",
+    "TOKEN_COOKIE",
     "TokenError",
     "TokenTable",
     "WriteAccess",
@@ -136,6 +138,8 @@ def check_exposure(tokens: TokenTable, address: str, allow_open: bool) -> None:
 
 
 _bearer = HTTPBearer(auto_error=False, description="a read or write token of this server")
+#: The cookie the dashboard's login form sets: the same token, for a browser.
+TOKEN_COOKIE = "result_cache_token"
 
 
 async def refusal(request: Request, scope: Scope) -> ApiError | None:
@@ -144,11 +148,13 @@ async def refusal(request: Request, scope: Scope) -> ApiError | None:
     if not table.enabled:
         return None
     credentials = await _bearer(request)
-    if credentials is None:
+    token = credentials.credentials if credentials is not None else (
+        request.cookies.get(TOKEN_COOKIE))
+    if not token:
         return Unauthorized(
             "this cache server requires a bearer token (Authorization: Bearer <token>)"
         )
-    granted = table.scope_of(credentials.credentials)
+    granted = table.scope_of(token)
     if granted is None:
         return Unauthorized("the bearer token is not valid on this cache server")
     if granted < scope:
@@ -190,7 +196,8 @@ class AuthenticateFirst:
     the routes (:data:`WriteAccess`); ``public`` paths, and those under a ``public_prefix``
     (the package's own static files: code, never data), need no token."""
 
-    def __init__(self, app: ASGIApp, public: frozenset[str] = frozenset({"/healthz"}),
+    def __init__(self, app: ASGIApp,
+                 public: frozenset[str] = frozenset({"/healthz", "/login"}),
                  public_prefix: str = "/static/") -> None:
         self.app = app
         self.public = public
@@ -202,9 +209,18 @@ class AuthenticateFirst:
                 and not path.startswith(self.public_prefix)):
             request = Request(scope)
             denied = await refusal(request, Scope.read)
+            if denied is not None and _wants_page(request):
+                # A browser without a token: the login form rather than a JSON 401.
+                await RedirectResponse("/login", status_code=303)(scope, receive, send)
+                return
             if denied is not None:
                 response = await answer_error(request, denied)
                 response.headers["Connection"] = "close"
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+def _wants_page(request: Request) -> bool:
+    return (request.method == "GET" and not request.url.path.startswith("/v1/")
+            and "text/html" in request.headers.get("accept", ""))

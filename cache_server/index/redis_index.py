@@ -383,7 +383,8 @@ class RedisIndex:
             pipe.hincrby(self._hits, manifest.hash, 1)
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
-            self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now)
+            self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now,
+                            seconds=saved)
             await pipe.execute()
 
     async def record_untrusted(self, manifest: Manifest) -> None:
@@ -515,7 +516,7 @@ class RedisIndex:
         task_hash: str | None = None,
         label: str | None = None,
         now: float | None = None,
-        **counts: int | str,
+        **counts: float | str,
     ) -> None:
         event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
         if task_hash is not None:

@@ -167,6 +167,15 @@ class ResultCache:
         """The most recent events, newest first."""
         return await self.index.events(limit)
 
+    async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
+        """The most recent events with their stream ids, newest first."""
+        return await self.index.events_with_ids(limit)
+
+    async def events_after(self, last_id: str, limit: int, block_ms: int
+                           ) -> list[tuple[str, Event]]:
+        """Events after ``last_id``, oldest first, waiting up to ``block_ms`` for one."""
+        return await self.index.events_after(last_id, limit, block_ms)
+
     async def record_run(self, run: RunSummary) -> RunSummary:
         """Record a run's summary (docs/protocol.md, "Runs"); a ``run`` event marks its
         start and its end, not every progress report."""

@@ -74,7 +74,8 @@ def test_the_wheel_holds_every_module_and_data_file(source: Path, wheel: zipfile
             "cache_server/page_fixture/templates/index.html"} <= data
     vendored = "cache_server/api/static/vendor"  # /docs and /redoc without a CDN
     assert {f"{vendored}/swagger-ui/swagger-ui-bundle.js", f"{vendored}/swagger-ui/swagger-ui.css",
-            f"{vendored}/redoc/redoc.standalone.js"} <= data
+            f"{vendored}/redoc/redoc.standalone.js", "cache_server/api/templates/index.html",
+            "cache_server/api/static/dashboard/dashboard.js"} <= data  # and the dashboard
     assert data <= names
     assert not [n for n in names if n.startswith(("tests/", "bench/")) or "__pycache__" in n]
 

@@ -44,3 +44,27 @@ async def test_vendored_scripts_name_no_other_host(make_app: MakeApp):
     assert (await client.get("/static/../app.py")).status_code == 404
 
 
+
+
+async def test_a_browser_signs_in_with_a_cookie_that_keeps_its_scope(make_app: MakeApp):
+    client = await make_app(tokens="read:reader-token,write:writer-token")
+    page = await client.get("/", headers={"Accept": "text/html"})
+    assert page.status_code == 303 and page.headers["location"] == "/login"
+    assert (await client.get("/")).status_code == 401  # not a browser: the API's answer
+    assert (await client.get("/login")).status_code == 200
+    refused = await client.post("/login", content=b"token=nope",
+                                headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert refused.status_code == 401 and "result_cache_token" not in refused.headers.get(
+        "set-cookie", "")
+    signed = await client.post("/login", content=b"token=reader-token",
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert signed.status_code == 303
+    cookie = signed.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    client.cookies.set("result_cache_token", "reader-token")
+    assert (await client.get("/", headers={"Accept": "text/html"})).status_code == 200
+    assert (await client.get("/v1/stats")).status_code == 200  # the API takes the cookie
+    pin = await client.post(f"/entries/{'0' * 32}/pin")
+    assert pin.status_code == 403  # a read token cannot pin, from the page either
+    client.cookies.set("result_cache_token", "writer-token")
+    assert (await client.post(f"/entries/{'0' * 32}/pin")).status_code == 404
