@@ -173,8 +173,12 @@ class ResultCache:
 
     async def events_after(self, last_id: str, limit: int, block_ms: int
                            ) -> list[tuple[str, Event]]:
-        """Events after ``last_id``, oldest first, waiting up to ``block_ms`` for one."""
-        return await self.index.events_after(last_id, limit, block_ms)
+        """Events after ``last_id``, oldest first, waiting up to ``block_ms`` for one;
+        :class:`IndexUnavailable` if Redis does not answer."""
+        try:
+            return await self.index.events_after(last_id, limit, block_ms)
+        except (RedisError, OSError) as exc:
+            raise IndexUnavailable(f"the index (Redis) is unreachable: {exc}") from exc
 
     async def record_run(self, run: RunSummary) -> RunSummary:
         """Record a run's summary (docs/protocol.md, "Runs"); a ``run`` event marks its

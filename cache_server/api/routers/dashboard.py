@@ -23,13 +23,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
-from redis.exceptions import RedisError
 
 from cache_server.api.auth import TOKEN_COOKIE, ReadAccess, WriteAccess
 from cache_server.api.dependencies import CacheDep, TaskHash
 from cache_server.api.routers.runs import RunId
 from cache_server.models import Event
-from cache_server.service.errors import Busy
+from cache_server.service.errors import Busy, IndexUnavailable
 from cache_server.service.upload import MAX_LABEL_CHARS
 from storage.header import DIGEST_PATTERN
 
@@ -139,7 +138,7 @@ async def event_stream(request: Request, cache: CacheDep,
             while time.monotonic() < deadline and not await request.is_disconnected():
                 try:
                     found = await cache.events_after(last, 100, _STREAM_BLOCK_MS)
-                except (RedisError, OSError):
+                except IndexUnavailable:
                     await asyncio.sleep(1.0)
                     continue
                 if not found:
