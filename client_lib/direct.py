@@ -3,7 +3,8 @@ mounted, as in the compose stack) reads an object where it lies instead of over 
 docs/architecture.md, "Direct reads"; docs/protocol.md, "Direct reads".
 
 The server's entry metadata names the payload (``GET /v1/entries/{hash}/location``): a Zarr
-v3 array directory, a blob file holding the digest's preimage, or a Parquet file. Nothing
+v3 array directory, a blob file holding the digest's preimage (also as an ``s3://`` object,
+read with s3fs where this process has AWS credentials), or a Parquet file. Nothing
 here trusts it: the digest is computed over what was read, exactly as for a download, and
 any problem (path not visible, unknown layout, digest mismatch) is a
 :class:`DirectReadFailed`, after which the caller loads over HTTP.
@@ -41,7 +42,7 @@ class Location:
     where this process sees its payload (``None``: it cannot), the rest is the manifest's
     (dtype and shape in their wire form)."""
 
-    path: Path | None
+    path: Path | str | None
     storage: str
     kind: str
     dtype: str
@@ -54,15 +55,25 @@ class DirectReadFailed(Exception):
     """The object could not be read in place and verified; load it over HTTP."""
 
 
-def local_path(location: str | None) -> Path | None:
-    """The local path of a ``file://`` location if this process can see it, else None."""
+def local_path(location: str | None) -> Path | str | None:
+    """Where this process reads a location: the local path of a ``file://`` one it can see;
+    an ``s3://`` URL itself when this process has AWS credentials (``AWS_ACCESS_KEY_ID``,
+    ``AWS_PROFILE`` or ``~/.aws/credentials``; the endpoint from ``AWS_ENDPOINT_URL``, as
+    botocore reads it); else None."""
+    if location and location.startswith("s3://"):
+        return location if _has_aws_credentials() else None
     if not location or not location.startswith("file://"):
         return None
     path = Path(urllib.request.url2pathname(urllib.parse.urlparse(location).path))
     return path if path.exists() else None
 
 
-def read_object(path: Path, storage: str, kind: str, dtype: str, shape: str,
+def _has_aws_credentials() -> bool:
+    return bool(os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")
+                or Path("~/.aws/credentials").expanduser().is_file())
+
+
+def read_object(path: Path | str, storage: str, kind: str, dtype: str, shape: str,
                 digest: str) -> Any:
     """The verified body of one object at ``path`` (a buffer ``codec.decode`` takes).
     Raises :class:`DirectReadFailed` for anything but a complete, matching object."""
@@ -72,7 +83,7 @@ def read_object(path: Path, storage: str, kind: str, dtype: str, shape: str,
             body: Any = _read_zarr(path, dtype, shape)
             hasher.update(body)
         elif storage == "blob":
-            raw = _read_file(path)
+            raw = _read_url(path) if isinstance(path, str) else _read_file(path)
             prefix = f"{kind}\n{dtype}\n{shape}\n".encode("ascii")
             if raw[: len(prefix)] != prefix:
                 raise DirectReadFailed(f"{path} does not start with its header")
@@ -90,6 +101,14 @@ def read_object(path: Path, storage: str, kind: str, dtype: str, shape: str,
     if hasher.hexdigest() != digest:
         raise DirectReadFailed(f"{path} does not match its digest")
     return body
+
+
+def _read_url(url: str) -> memoryview:
+    """A whole object of an object store (s3fs: one GET, the body in one buffer)."""
+    import fsspec
+
+    fs, key = fsspec.core.url_to_fs(url, use_listings_cache=False)
+    return memoryview(fs.cat_file(key))
 
 
 def _read_file(path: Path) -> memoryview:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cache_server.launch import start_server
 from client_lib import cached_compute, last_report, task_hashes
 from tests.server.wire import encode_array, put
 
@@ -155,3 +156,23 @@ def test_workers_of_a_local_cluster_read_in_place(cache_server, tmp_path):
     subprocess.run([sys.executable, "-c", script, cache_server.url, ns], cwd=ROOT,
                    check=True, timeout=300)
     assert counters(cache_server) == (sent, located + 3)
+
+
+@pytest.mark.slow
+def test_objects_in_s3_are_read_in_place_with_credentials(tmp_path, redis_url, s3_url,
+                                                          moto_s3, monkeypatch):
+    env = {**moto_s3.env, "RESULT_CACHE_STORAGE_URL": s3_url}
+    with start_server(tmp_path / "s3", redis_url=redis_url, env=env,
+                      redis_prefix=f"test-{uuid.uuid4().hex[:8]}:") as server:
+        ns = uuid.uuid4().hex
+        cold = cached_compute(*values(300), cache=server.url, namespace=ns)
+        sent, located = counters(server)
+        warm = cached_compute(*values(300), cache=server.url, namespace=ns)
+        assert last_report().loaded == 3
+        np.testing.assert_array_equal(warm[0], cold[0])
+        pd.testing.assert_frame_equal(warm[1], cold[1])
+        assert counters(server) == (sent, located + 3)  # all three from the bucket
+        monkeypatch.delenv("AWS_ACCESS_KEY_ID")  # no credentials: over HTTP
+        again = cached_compute(*values(300), cache=server.url, namespace=ns)
+        np.testing.assert_array_equal(again[0], cold[0])
+        assert counters(server)[0] > sent
