@@ -20,6 +20,7 @@ from .futures import CachedClient
 from .hashing import KEY_VERSION, cache_version, register
 from .lazy import NotCached, open_cached
 from .persist import cached_persist
+from .planning import Plan, plan, visualize
 from .policy import Candidate
 from .report import CacheReport, last_report
 from .transport import CacheClient
@@ -36,6 +37,7 @@ __all__ = [
     "CacheReport",
     "CacheUnavailable",
     "Candidate",
+    "Plan",
     "NotCached",
     "ResultCacheError",
     "VolatileValue",
@@ -44,6 +46,8 @@ __all__ = [
     "cached_persist",
     "last_report",
     "open_cached",
+    "plan",
     "register",
     "task_hashes",
+    "visualize",
 ]

@@ -181,3 +181,15 @@ def test_a_server_killed_mid_run_costs_one_rerun_and_no_more_requests(fresh_serv
     report = last_report()
     assert "lost during the run" in report.fallback
     assert (report.loaded, report.computed, report.stored) == (0, 7, 0)
+
+
+def test_dask_progress_bar_follows_a_cached_run(cache_server, capsys):
+    from dask.diagnostics import ProgressBar
+
+    ns = uuid.uuid4().hex
+    for _ in range(2):  # computed, then loaded: the bar completes both times
+        with ProgressBar(out=sys.stdout):
+            assert cached_compute(_chain(), cache=cache_server.url, namespace=ns,
+                                  policy="all", scheduler="threads") == (90,)
+        assert "100% Completed" in capsys.readouterr().out
+    assert last_report().loaded == 1
