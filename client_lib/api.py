@@ -38,7 +38,7 @@ from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .runs import RunReporter, reporting
 from .signing import SigningKey, configured_key
-from .tasks import StoreRun, pop_counts, pop_stored, server_lost
+from .tasks import StoreRun, pop_counts, pop_decisions, pop_stored, server_lost
 from .transport import CacheClient, direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
@@ -245,11 +245,13 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             if digest is not None and key in hashes.hashes:
                 remember(owner, future.key, digest)
     counts, stored = pop_counts(run.run_id), pop_stored(run.run_id)
+    report.store_decisions = pop_decisions(run.run_id)
     if not _is_local(schedule) and owner is not None and compute_kwargs.get("sync", True):
         # The workers stored: ask them (one call) rather than print "stored ?".
-        from .distributed import worker_counts, worker_stored
+        from .distributed import worker_counts, worker_decisions, worker_stored
 
         counts = worker_counts(owner, run.run_id)
+        report.store_decisions += worker_decisions(owner, run.run_id)
         stored = worker_stored(owner, run.run_id) if reporter is not None else stored
     if _is_local(schedule) or counts:
         report.stored = counts.get("stored", 0)

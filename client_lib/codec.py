@@ -21,7 +21,8 @@ import xxhash
 from .errors import CacheProtocolError
 from .frames import PARQUET_KIND, decode_frame, encode_frame, frame_nbytes, is_frame
 
-__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "content_hasher", "decode", "encode"]
+__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "content_hasher", "decode", "encode",
+           "kind_of"]
 
 CHUNK_BYTES = 1 << 20
 #: Frames at least this large (in memory) are offered to Parquet: the size from which
@@ -62,6 +63,16 @@ def _is_wire_array(value: Any) -> bool:
     """Plain ndarrays of a fixed-width, non-object dtype travel as raw bytes."""
     return (type(value) is np.ndarray and value.dtype.kind in _ARRAY_KINDS
             and value.dtype.fields is None and value.dtype.subdtype is None)
+
+
+def kind_of(value: Any) -> str:
+    """The kind ``encode`` would most likely give ``value``, without encoding it (a frame
+    that Parquet cannot hold exactly is pickled after all)."""
+    if _is_wire_array(value):
+        return "ndarray"
+    if is_frame(value) and frame_nbytes(value) >= _parquet_min_bytes():
+        return PARQUET_KIND
+    return "pickle"
 
 
 def encode(value: Any) -> Encoded:

@@ -130,3 +130,14 @@ def worker_counts(client: Any, run_id: str) -> dict[str, int]:
         for what, n in counts.items():
             total[what] = total.get(what, 0) + n
     return total
+
+
+def worker_decisions(client: Any, run_id: str) -> list[str]:
+    """Why each large result of ``run_id`` was or was not stored, from every worker."""
+    from .tasks import pop_decisions
+
+    try:
+        per_worker = client.run(pop_decisions, run_id)
+    except Exception:  # a worker that left takes its reasons with it
+        return []
+    return [line for lines in per_worker.values() for line in lines]

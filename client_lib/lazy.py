@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -144,7 +145,8 @@ def _load_one(args: tuple[CacheClient, str, str]) -> Any:
 
 
 def _lazy_zarr(place: Location) -> bool:
-    return (place.storage == "zarr" and place.path is not None
+    # Local Zarr arrays only: an object store's (an s3:// location) load whole, verified.
+    return (place.storage == "zarr" and isinstance(place.path, Path)
             and (place.path / CHUNK_DIGESTS_NAME).is_file())
 
 
@@ -152,7 +154,7 @@ def _zarr_array(place: Location, task_hash: str, like: Any) -> Any:
     """A dask array with one block per chunk of the Zarr array at ``place``."""
     import dask.array as da
 
-    assert place.path is not None
+    assert isinstance(place.path, Path)
     meta = json.loads((place.path / "zarr.json").read_bytes())
     digests = tuple(json.loads((place.path / CHUNK_DIGESTS_NAME).read_bytes())["digests"])
     shape = tuple(json.loads(place.shape))

@@ -18,6 +18,7 @@ from typing import Any
 import dask.config
 
 __all__ = [
+    "LARGE_BYTES",
     "AllPolicy",
     "AutoPolicy",
     "CallablePolicy",
@@ -29,9 +30,17 @@ __all__ = [
 ]
 
 
+#: Results this large are "large": ``auto`` stores them, outputs included, only when they
+#: pay back, and the run report says why each was or was not stored.
+LARGE_BYTES = 2**20
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """A computed result, as the policy sees it on the worker."""
+    """A computed result, as the policy sees it on the worker. ``kind`` is how it would
+    travel (``ndarray``, ``parquet``, ``pickle``); ``load_seconds`` what loading that much of
+    that kind took on this worker recently (:mod:`client_lib.speeds`), ``None`` before any
+    such load, with ``load_samples`` the number of loads it rests on."""
 
     task_hash: str
     label: str
@@ -39,6 +48,9 @@ class Candidate:
     upstream_seconds: float  # its most expensive uncached upstream chain, where known
     nbytes: int
     is_output: bool
+    kind: str = "pickle"
+    load_seconds: float | None = None
+    load_samples: int = 0
 
 
 class Policy(ABC):
@@ -58,18 +70,27 @@ class Policy(ABC):
     def should_store(self, c: Candidate) -> bool:
         """The decision, on the worker, once the result exists."""
 
+    def decide(self, c: Candidate) -> tuple[bool, str]:
+        """The decision and why, for the run report."""
+        stored = self.should_store(c)
+        return stored, f"policy {type(self).__name__} says {'store' if stored else 'skip'}"
+
 
 @dataclass(frozen=True)
 class AutoPolicy(Policy):
     """Store a result when recomputing it costs more than loading it back.
 
     Recomputing costs its own time plus its uncached upstream chain (as dask/cache.py
-    counts it); loading costs one request's latency plus the bytes at the measured
-    throughput. Requested outputs are always stored.
+    counts it). Loading costs what loads of that kind and size took on this worker
+    recently (``Candidate.load_seconds``), or, before any, the conservative default: one
+    request's latency plus the bytes at ``throughput`` (about what a 1 GiB load over HTTP
+    delivers). Requested outputs are stored unless they are large (``LARGE_BYTES``) and
+    would not pay back: a 2 GiB array computed in 4 s that takes 14 s to load is
+    recomputed, not stored.
     """
 
     latency: float = 0.005
-    throughput: float = 500e6
+    throughput: float = 150e6
 
     def load_seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.throughput
@@ -79,9 +100,22 @@ class AutoPolicy(Policy):
         return is_output or cost_seconds > self.latency
 
     def should_store(self, c: Candidate) -> bool:
-        if c.is_output:
-            return True
-        return c.compute_seconds + c.upstream_seconds > self.load_seconds(c.nbytes)
+        return self.decide(c)[0]
+
+    def decide(self, c: Candidate) -> tuple[bool, str]:
+        recompute = c.compute_seconds + c.upstream_seconds
+        if c.load_seconds is not None:
+            load = c.load_seconds
+            basis = f"learned from {c.load_samples} recent {c.kind} load(s)"
+        else:
+            load = self.load_seconds(c.nbytes)
+            basis = f"default {self.throughput / 1e9:.2g} GB/s, no {c.kind} load of this size yet"
+        pays = recompute > load
+        why = (f"recompute {recompute:.3g} s {'>' if pays else '<='} load {load:.3g} s "
+               f"({basis})")
+        if c.is_output and not pays and c.nbytes < LARGE_BYTES:
+            return True, f"requested output; {why}"
+        return pays, why
 
 
 @dataclass(frozen=True)
@@ -140,7 +174,7 @@ def resolve_policy(policy: Any = None) -> Policy:
     if policy == "auto":
         return AutoPolicy(
             latency=float(dask.config.get("result-cache.auto.latency", 0.005)),
-            throughput=float(dask.config.get("result-cache.auto.throughput", 500e6)),
+            throughput=float(dask.config.get("result-cache.auto.throughput", 150e6)),
         )
     if policy in _NAMED:
         return _NAMED[policy]()

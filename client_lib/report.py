@@ -47,6 +47,8 @@ class CacheReport:
     waited_loaded: int = 0  # of those, loaded once the other run stored them
     fallback: str | None = None  # why the cache was (partly) bypassed
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
+    # why each large result (>= 1 MiB) was or was not stored, where the policy decided
+    store_decisions: list[str] = field(default_factory=list)
     loaded_keys: list[Hashable] = field(default_factory=list)
     computed_keys: list[Hashable] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -74,6 +76,8 @@ class CacheReport:
         if self.retried:
             lines.append(f"  entries that failed to load and were recomputed: "
                          f"{', '.join(self.retried)}")
+        for line in self.store_decisions[:20]:
+            lines.append(f"  large result {line}")
         if self.fallback:
             lines.append(f"  cache bypassed: {self.fallback}")
         if self.seconds:

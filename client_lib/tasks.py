@@ -34,18 +34,22 @@ from .errors import (
 from .handles import is_handle
 from .leases import LeaseKeeper, wait_for_holder
 from .notices import warn_once
-from .policy import Candidate, Policy
+from .policy import LARGE_BYTES, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
+from .speeds import LOAD_SPEEDS
 from .transport import CacheClient
 
-__all__ = ["StoreRun", "StoreSpec", "load_result", "pop_counts", "pop_stored", "run_and_store",
-           "run_group", "server_lost"]
+__all__ = ["StoreRun", "StoreSpec", "load_result", "pop_counts", "pop_decisions", "pop_stored",
+           "run_and_store", "run_group", "server_lost"]
 
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
 # task hash -> warnings it and the tasks upstream of it raised here (or loaded with it)
 _chain_warnings: dict[str, tuple[RecordedWarning, ...]] = {}
 _run_counts: defaultdict[str, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
+# run id -> why each large result was or was not stored (explain=True prints them)
+_run_decisions: defaultdict[str, list[str]] = defaultdict(list)
+_DECISIONS_KEPT = 100
 _run_stored: defaultdict[str, set[str]] = defaultdict(set)  # run id -> hashes stored here
 # runs whose server failed a store in this process: their later stores skip the upload
 _lost_runs: dict[str, str] = {}
@@ -107,6 +111,23 @@ def _warnings_with_upstream(spec: StoreSpec,
     return found
 
 
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _note_decision(run_id: str, line: str) -> None:
+    with _lock:
+        decisions = _run_decisions[run_id]
+        if len(decisions) < _DECISIONS_KEPT:
+            decisions.append(line)
+
+
+def pop_decisions(run_id: str) -> list[str]:
+    """Why each large result of ``run_id`` was or was not stored, in *this* process."""
+    with _lock:
+        return _run_decisions.pop(run_id, [])
+
+
 def count(run_id: str, what: str, n: int = 1) -> None:
     with _lock:
         _run_counts[run_id][what] += n
@@ -151,9 +172,16 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
         run = spec.run
         if not spec.overwrite and not run.policy.may_store(seconds + upstream, spec.is_output):
             return False
-        candidate = Candidate(spec.task_hash, spec.label, seconds, upstream,
-                              sizeof(value), spec.is_output)
-        if spec.overwrite or run.policy.should_store(candidate):
+        nbytes = sizeof(value)
+        kind = codec.kind_of(value)
+        learned = LOAD_SPEEDS.estimate(kind, nbytes)
+        candidate = Candidate(spec.task_hash, spec.label, seconds, upstream, nbytes,
+                              spec.is_output, kind, *(learned or (None, 0)))
+        chosen, why = (True, "refresh") if spec.overwrite else run.policy.decide(candidate)
+        if nbytes >= LARGE_BYTES:
+            _note_decision(run.run_id, f"{spec.label} ({_size(nbytes)}): "
+                           f"{'stored' if chosen else 'not stored'}: {why}")
+        if chosen:
             payload = _encoded(value, warned)
             # The entry records the task's own time (the chain is only this run's estimate
             # of what recomputing costs, for the policy).

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +24,7 @@ from typing import Any
 
 import dask.config
 import httpx
+from dask.sizeof import sizeof
 
 from . import codec, direct
 from .endpoints import Endpoints, normalize_urls
@@ -38,6 +40,7 @@ from .errors import (
 )
 from .notices import warn_once
 from .signing import SigningKey, configured_key
+from .speeds import LOAD_SPEEDS
 
 __all__ = ["CacheClient", "direct_read_mode"]
 
@@ -324,10 +327,11 @@ class CacheClient:
         signature (checked on the headers: the body is not even downloaded; the server is
         told). Nothing is decoded, let alone unpickled, before both checks pass.
         """
+        start = time.perf_counter()
         if not self._storage_unseen and _direct_allowed():
             value = self._get_direct(task_hash)
             if value is not _NOT_DIRECT:
-                return value
+                return _learned(value, start)
         failures: list[str] = []
         for base in self.endpoints.order():
             try:
@@ -337,7 +341,7 @@ class CacheClient:
                 self.endpoints.failed(base)
                 continue
             self.endpoints.answered(base)
-            return found
+            return _learned(found, start)
         raise CacheUnavailable("; ".join(failures))
 
     def _get_from(self, base: str, task_hash: str) -> Any:
@@ -464,6 +468,12 @@ class CacheClient:
 def _server_error(status: int) -> bool:
     """A status that says the server failed, not the request (507: no room, is an answer)."""
     return status >= 500 and status != 507
+
+
+def _learned(value: Any, start: float) -> Any:
+    """Record how long loading ``value`` took (for the auto policy, client_lib/speeds.py)."""
+    LOAD_SPEEDS.record(codec.kind_of(value), sizeof(value), time.perf_counter() - start)
+    return value
 
 
 def direct_read_mode() -> str:

@@ -23,6 +23,14 @@ from tests.server.wire import encode_array, put
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def store_everything():
+    """These results are cheap to compute: ``auto`` would rightly not store them (it stores
+    large results only when they pay back, tests/client/test_load_speeds.py)."""
+    with dask.config.set({"result-cache.policy": "all"}):
+        yield
+
+
 def metric(server, name: str) -> float:
     text = httpx.get(f"{server.url}/metrics").text
     match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)

@@ -17,6 +17,14 @@ from tests._compare import assert_same
 from tests.client._corpus_values import _typed_frame
 
 
+@pytest.fixture(autouse=True)
+def store_everything():
+    """These results are cheap to compute: ``auto`` would rightly not store them (it stores
+    large results only when they pay back, tests/client/test_load_speeds.py)."""
+    with dask.config.set({"result-cache.policy": "all"}):
+        yield
+
+
 def _round_trip(value):
     enc = codec.encode(value)
     return enc.kind, codec.decode(enc.kind, enc.dtype, enc.shape, enc.body)

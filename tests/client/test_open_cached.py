@@ -30,6 +30,14 @@ from tests.server.wire import encode_array, put
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def store_everything():
+    """These results are cheap to compute: ``auto`` would rightly not store them (it stores
+    large results only when they pay back, tests/client/test_load_speeds.py)."""
+    with dask.config.set({"result-cache.policy": "all"}):
+        yield
+
+
 def big_array() -> da.Array:
     """~3 MiB of float64, 4 dask chunks: cached as one Zarr array."""
     return da.random.default_rng(5).random((400, 1000), chunks=(100, 1000)) * 3.0
@@ -83,7 +91,8 @@ def test_a_replaced_entry_is_refused_at_open(fresh_server):
 
 def test_dataframes_reopen_from_their_result_or_their_partitions(cache_server):
     ns = uuid.uuid4().hex
-    (expected,) = cached_compute(frame(), cache=cache_server.url, namespace=ns)
+    (expected,) = cached_compute(frame(), cache=cache_server.url, namespace=ns,
+                                 policy="outputs")
     whole = open_cached(frame(), cache=cache_server.url, namespace=ns)
     assert isinstance(whole, dd.DataFrame) and whole.npartitions == 1
     pd.testing.assert_frame_equal(whole.compute(), expected)

@@ -19,7 +19,26 @@ def test_auto_stores_what_costs_more_to_recompute_than_to_load() -> None:
     assert not policy.should_store(_candidate(0.001, 10))  # 1 ms vs 5 ms
     assert not policy.should_store(_candidate(0.01, 10**8))  # 10 ms vs ~105 ms
     assert policy.should_store(_candidate(0.002, 10, upstream=0.01))  # its chain counts
-    assert policy.should_store(_candidate(0.0, 10**9, is_output=True))  # outputs always
+    assert policy.should_store(_candidate(0.0, 10**5, is_output=True))  # small outputs always
+
+
+def test_auto_stores_large_outputs_only_when_they_pay_back() -> None:
+    """Issue 12: a 2 GiB array computed in 3.8 s that loads in ~14 s is not stored."""
+    policy = AutoPolicy(latency=0.005, throughput=150e6)
+    stored, why = policy.decide(_candidate(3.8, 2 * 2**30, is_output=True))
+    assert not stored
+    assert why.startswith("recompute 3.8 s <= load 14.3 s (default 0.15 GB/s")
+    assert policy.decide(_candidate(30.0, 2 * 2**30, is_output=True))[0]
+
+
+def test_auto_uses_the_load_speed_this_worker_learned() -> None:
+    policy = AutoPolicy(latency=0.005, throughput=150e6)
+    fast = Candidate("0" * 32, "f", 3.8, 0.0, 2 * 2**30, True, "ndarray", 1.4, 5)
+    stored, why = policy.decide(fast)  # direct reads at ~1.5 GB/s: now it pays
+    assert stored and why == ("recompute 3.8 s > load 1.4 s (learned from 5 recent ndarray "
+                              "load(s))")
+    slow = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, "pickle", 0.9, 3)
+    assert not policy.decide(slow)[0]
 
 
 @pytest.mark.parametrize("seconds", [0.0, 0.001, 0.004, 0.005, 0.006, 0.02, 1.0])
