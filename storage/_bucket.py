@@ -14,7 +14,7 @@ server-side, and only then is the sidecar written: readers, who look for the sid
 see the whole object or none; an upload that fails the digest never touches the object's
 place. Deleting removes the sidecar first. Credentials and endpoint come from the standard
 AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
-``AWS_DEFAULT_REGION``), as botocore reads them.
+``AWS_DEFAULT_REGION``), as botocore reads them. A missing bucket is created.
 """
 
 from __future__ import annotations
@@ -70,6 +70,19 @@ class BucketStorage(SidecarEdits, ObjectStore):
         self.root = self.root.rstrip("/")
         self.protocol = self.url.split("://", 1)[0]
         self._lock = threading.Lock()
+        self._ensure_bucket()
+
+    def _ensure_bucket(self) -> None:
+        """Create the bucket if it does not exist yet (a fresh MinIO has none); another
+        replica creating it at the same moment is fine."""
+        bucket = self.root.split("/", 1)[0]
+        if self.fs.exists(bucket):
+            return
+        try:
+            self.fs.mkdir(bucket)
+        except OSError:
+            if not self.fs.exists(bucket):
+                raise
 
     def __repr__(self) -> str:
         return f"BucketStorage({self.url!r})"

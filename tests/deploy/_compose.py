@@ -14,7 +14,12 @@ would make unnecessary, and nothing else:
    official Redis image's are not here);
 5. a service without ``command:`` runs the image's ``CMD``, with the Dockerfile's ``ENV``;
 6. ``deploy.replicas`` starts that many processes, and ``depends_on: service_healthy``
-   waits until the service's own healthcheck command succeeds.
+   waits until the service's own healthcheck command succeeds;
+7. MinIO (``minio server ... --address A``) runs as moto's S3 server on the same address
+   (both speak the S3 protocol; MinIO's binary is not here), and its healthcheck
+   (``mc ready local``) is an HTTP request to that address;
+8. services of a profile start only when ``LocalStack`` is given that profile, as with
+   ``docker compose --profile``.
 
 Every process is started in its own process group and stopped by its id.
 """
@@ -171,8 +176,11 @@ class LocalStack:
     object started, waits, kills what is left and raises if any process survives.
     """
 
-    def __init__(self, config: Mapping[str, Any], workdir: Path) -> None:
-        self.services: dict[str, dict[str, Any]] = config["services"]
+    def __init__(self, config: Mapping[str, Any], workdir: Path,
+                 profiles: tuple[str, ...] = ()) -> None:
+        self.services: dict[str, dict[str, Any]] = {
+            name: service for name, service in config["services"].items()
+            if not service.get("profiles") or set(service["profiles"]) & set(profiles)}
         self.workdir = workdir
         self.processes: dict[str, list[subprocess.Popen[bytes]]] = {}
         project_images = {s.get("image") for s in self.services.values() if "build" in s}
@@ -212,7 +220,8 @@ class LocalStack:
     def start(self, name: str) -> list[subprocess.Popen[bytes]]:
         """Start the service (``deploy.replicas`` processes), each in its own session."""
         service = self.services[name]
-        argv = self.local_argv(name, service_command(service))
+        argv = (_moto_for_minio(service) if _is_minio(service)
+                else self.local_argv(name, service_command(service)))
         replicas = int((service.get("deploy") or {}).get("replicas", 1))
         logs = self.workdir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
@@ -226,7 +235,13 @@ class LocalStack:
 
     def wait_healthy(self, name: str, timeout: float = 90.0) -> None:
         """Run the service's healthcheck until it succeeds, like ``service_healthy``."""
-        argv = self.local_argv(name, healthcheck_command(self.services[name]))
+        service = self.services[name]
+        if _is_minio(service):
+            address = _moto_for_minio(service)[-1]
+            argv = [sys.executable, "-c", "import urllib.request; urllib.request.urlopen("
+                    f"'http://127.0.0.1:{address}', timeout=3)"]
+        else:
+            argv = self.local_argv(name, healthcheck_command(service))
         env = self.local_env(name)
         deadline = time.monotonic() + timeout
         while True:
@@ -238,8 +253,9 @@ class LocalStack:
             assert time.monotonic() < deadline, f"{name} never healthy:\n{self.log_tail(name)}"
             time.sleep(0.2)
 
-    def start_in_order(self) -> None:
-        """Start every service after the services it depends on, as Compose does."""
+    def start_in_order(self, *names: str) -> None:
+        """Start every service (or ``names``) after the services it depends on, as
+        Compose does (``docker compose up NAME ...``)."""
         done: set[str] = set()
 
         def visit(name: str) -> None:
@@ -252,7 +268,7 @@ class LocalStack:
                     self.wait_healthy(dependency)
             self.start(name)
 
-        for name in self.services:
+        for name in names or self.services:
             visit(name)
 
     def pids(self, name: str) -> set[int]:
@@ -300,6 +316,17 @@ class LocalStack:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _is_minio(service: Mapping[str, Any]) -> bool:
+    return str(service.get("image", "")).startswith("minio/minio")
+
+
+def _moto_for_minio(service: Mapping[str, Any]) -> list[str]:
+    """moto's S3 server where the MinIO service would listen (its ``--address``)."""
+    argv = service_command(service)
+    port = argv[argv.index("--address") + 1].rsplit(":", 1)[1]
+    return [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", port]
 
 
 def _local_program(program: str) -> str:

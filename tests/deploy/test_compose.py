@@ -66,8 +66,11 @@ def test_docker_compose_config_validates_the_file():
 
 def test_services_and_named_volumes():
     config = compose_config()
-    assert set(config["services"]) == {"redis", "cache-server", "scheduler", "worker"}
-    assert set(config["volumes"]) == {"redis-data", "cache-data"}
+    by_profile = {name: tuple(s.get("profiles", ())) for name, s in config["services"].items()}
+    assert by_profile == {"redis": (), "cache-server": (), "scheduler": (), "worker": (),
+                          "minio": ("scale",), "cache-a": ("scale",), "cache-b": ("scale",),
+                          "scale-worker": ("scale",)}
+    assert set(config["volumes"]) == {"redis-data", "cache-data", "minio-data"}
     assert "version" not in COMPOSE_FILE.read_text().split("services:")[0]  # Compose Spec
 
 

@@ -26,15 +26,18 @@ def test_every_port_is_published_on_loopback_by_default():
     services = compose_config()["services"]
     addresses = {name: {address for address, _ in published_on(service).values()}
                  for name, service in services.items() if service.get("ports")}
-    assert addresses == {"cache-server": {"127.0.0.1"}, "scheduler": {"127.0.0.1"}}
-    assert services["cache-server"]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "127.0.0.1"
+    assert addresses == {"cache-server": {"127.0.0.1"}, "scheduler": {"127.0.0.1"},
+                         "cache-a": {"127.0.0.1"}, "cache-b": {"127.0.0.1"}}
+    for name in ("cache-server", "cache-a", "cache-b"):
+        assert services[name]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "127.0.0.1"
 
 
 def test_a_variable_opens_each_address():
     services = compose_config({"CACHE_ADDRESS": "0.0.0.0"})["services"]
-    assert {a for a, _ in published_on(services["cache-server"]).values()} == {"0.0.0.0"}
+    for name in ("cache-server", "cache-a", "cache-b"):
+        assert {a for a, _ in published_on(services[name]).values()} == {"0.0.0.0"}
+        assert services[name]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "0.0.0.0"
     assert {a for a, _ in published_on(services["scheduler"]).values()} == {"127.0.0.1"}
-    assert services["cache-server"]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "0.0.0.0"
     services = compose_config({"DASK_ADDRESS": "0.0.0.0"})["services"]
     assert {a for a, _ in published_on(services["scheduler"]).values()} == {"0.0.0.0"}
     assert {a for a, _ in published_on(services["cache-server"]).values()} == {"127.0.0.1"}
@@ -44,8 +47,9 @@ def test_the_signing_key_goes_to_the_workers_and_nowhere_else():
     key = "k" * 64
     services = compose_config({"DASK_RESULT_CACHE__SIGNING_KEY": key,
                                "RESULT_CACHE_ALLOW_OPEN": "1"})["services"]
-    assert services["worker"]["environment"]["DASK_RESULT_CACHE__SIGNING_KEY"] == key
-    for name in ("cache-server", "scheduler", "redis"):
+    for name in ("worker", "scale-worker"):
+        assert services[name]["environment"]["DASK_RESULT_CACHE__SIGNING_KEY"] == key
+    for name in ("cache-server", "cache-a", "cache-b", "minio", "scheduler", "redis"):
         assert key not in str(services[name]), name  # the server never sees it
     assert services["cache-server"]["environment"]["RESULT_CACHE_ALLOW_OPEN"] == "1"
     assert key not in COMPOSE_FILE.read_text()
