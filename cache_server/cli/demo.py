@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import click
 import httpx
@@ -39,7 +40,10 @@ def _run_branch(branch: str, scheduler: str, env: dict[str, str]) -> dict:
               help="seconds each step of the example sleeps")
 @click.option("--scheduler", default="threads", show_default=True,
               help="threads | processes | sync | local-cluster")
-def demo(sleep: float, scheduler: str) -> None:
+@click.option("--keep", is_flag=True,
+              help="keep the server running afterwards (its dashboard shows the two runs) "
+                   "until Ctrl-C")
+def demo(sleep: float, scheduler: str, keep: bool) -> None:
     """Run the branch example twice against a temporary embedded cache server."""
     with tempfile.TemporaryDirectory(prefix="dask-cache-demo-") as data_dir:
         click.echo(f"starting a cache server (embedded Redis) on {data_dir} ...")
@@ -55,5 +59,17 @@ def demo(sleep: float, scheduler: str) -> None:
             b = _run_branch("b", scheduler, env)
             click.echo(f"process B, branch 3b: {b['seconds']:.2f} s "
                        f"(found {b['hits']}, loaded {b['loaded']}, computed {b['computed']})")
+            click.echo(f"dashboard: {server.url}/ (runs, entries, events; --keep to look)")
             stats = httpx.get(f"{server.url}/v1/stats", timeout=10).json()
             click.echo("server stats: " + json.dumps(stats))
+            if keep:
+                click.echo(f"the server keeps running: open {server.url}/ ; Ctrl-C stops it")
+                _wait(server)
+
+
+def _wait(server) -> None:  # noqa: ANN001 - a RunningServer
+    try:
+        while server.alive():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        click.echo("stopping the cache server")
