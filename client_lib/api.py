@@ -20,6 +20,7 @@ import dask.config
 from dask._task_spec import GraphNode, Task
 from dask.base import get_scheduler, unpack_collections
 
+from . import annotations
 from .errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
@@ -145,6 +146,9 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     with paused_gc():
         m, order, hashes = _hash(fused, namespace, client.signing_key)
         cacheable = cacheable_keys(m, hashes)
+        if optimize_graph and _annotated(collections):
+            _restore_annotations(m, hashes, collections, namespace, client.signing_key,
+                                 finalize)
     cacheable_hashes = set(cacheable.values())
     report.tasks = len(order)
     report.cacheable = len(cacheable)
@@ -299,6 +303,32 @@ def _hash(fused: Materialized, namespace: str, signing_key: SigningKey | None
     # Futures the cache made (CachedClient, persist) count by their tasks' digests.
     known = known_hashes(external_keys(m.graph)) if has_known() else None
     return m, order, hash_graph(m.graph, order, namespace, m, signing_key, known)
+
+
+def _annotated(collections: list) -> bool:
+    """Whether any layer of the collections' graphs carries annotations (cheap: layers,
+    not keys). Dataframes are expressions, whose graph only optimising makes: skipped."""
+    for collection in collections:
+        if type(collection).__module__.startswith("dask.dataframe"):
+            continue
+        graph = collection.__dask_graph__() if hasattr(collection, "__dask_graph__") else None
+        if any(getattr(layer, "annotations", None)
+               for layer in getattr(graph, "layers", {}).values()):
+            return True
+    return False
+
+
+def _restore_annotations(m: Materialized, hashes: GraphHashes, collections: list,
+                         namespace: str, signing_key: SigningKey | None,
+                         finalize: bool) -> None:
+    """Put back the scheduling annotations Dask's optimisation dropped
+    (:mod:`client_lib.annotations`): hashes the unoptimised graph too, only then."""
+    if annotations.has_scheduling(m):
+        return  # Dask kept them
+    plain = materialize(collections, optimize_graph=False, finalize=finalize)
+    if annotations.has_scheduling(plain):
+        plain, _, plain_hashes = _hash(plain, namespace, signing_key)
+        annotations.restore(m, hashes.hashes, plain, plain_hashes.hashes)
 
 
 def read_only() -> bool:

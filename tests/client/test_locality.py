@@ -2,7 +2,8 @@
 ``LocalCluster`` with one worker that declares a ``GPU`` resource, a task annotated with
 ``resources``, ``workers``, ``allow_other_workers``, ``priority`` and ``retries`` keeps all
 of them when it runs as a store (cold) and as a load (warm), and both run on the worker
-that has the resource. docs/architecture.md, The rewrite."""
+that has the resource, also for array chunks whose annotations Dask's optimisation drops.
+docs/architecture.md, The rewrite."""
 
 from __future__ import annotations
 
@@ -105,19 +106,22 @@ def _annotated_chunks():
         return da.from_array(np.arange(64.0).reshape(8, 8), chunks=4) + 1
 
 
-def test_array_chunks_load_where_their_resources_are(gpu_cluster, cache_server):
-    """Without Dask's graph optimisation, which drops array annotations (below)."""
+@pytest.mark.parametrize("optimize_graph", [True, False])
+def test_array_chunks_load_where_their_resources_are(gpu_cluster, cache_server,
+                                                     optimize_graph):
+    """Dask's optimisation drops the annotations of array layers (below): cached_compute
+    puts them back by task hash (client_lib/annotations.py)."""
     cluster, client, gpu = gpu_cluster
     ns = uuid.uuid4().hex
     x = _annotated_chunks()
     (cold,) = cached_compute(x.sum(axis=0), cache=cache_server.url, namespace=ns,
-                             policy="all", scheduler=client, optimize_graph=False)
+                             policy="all", scheduler=client, optimize_graph=optimize_graph)
     # A new expression over the same chunks: loads of (x + 1)'s chunks, not of the sum.
     plugin = Placement(cluster.scheduler)
     cluster.scheduler.add_plugin(plugin, name="placement-chunks")
     try:
         (value,) = cached_compute(x.max(axis=1), cache=cache_server.url, namespace=ns,
-                                  scheduler=client, optimize_graph=False)
+                                  scheduler=client, optimize_graph=optimize_graph)
     finally:
         cluster.scheduler.remove_plugin(name="placement-chunks")
     expected = np.arange(64.0).reshape(8, 8) + 1
