@@ -80,8 +80,7 @@ def read_object(path: Path | str, storage: str, kind: str, dtype: str, shape: st
     hasher = content_hasher(kind, dtype, shape)
     try:
         if storage == "zarr":
-            body: Any = _read_zarr(path, dtype, shape)
-            hasher.update(body)
+            body: Any = _read_zarr(path, dtype, shape, hasher)
         elif storage == "blob":
             raw = _read_url(path) if isinstance(path, str) else _read_file(path)
             prefix = f"{kind}\n{dtype}\n{shape}\n".encode("ascii")
@@ -128,18 +127,22 @@ def _read_exactly(f: Any, view: memoryview) -> None:
         filled += n
 
 
-def _read_zarr(directory: Path, dtype_text: str, shape_text: str) -> memoryview:
-    """The array's C-order bytes in its true dtype, as one writable buffer."""
+def _read_zarr(directory: Path, dtype_text: str, shape_text: str, hasher: Any) -> memoryview:
+    """The array's C-order bytes in its true dtype, as one writable buffer, fed to
+    ``hasher`` (in order, while later chunks are still being read)."""
     dtype = np.dtype(dtype_text)
     shape = tuple(json.loads(shape_text))
     meta = json.loads((directory / "zarr.json").read_bytes())
     out = np.empty(shape, dtype=dtype)
+    flat = memoryview(out.reshape(-1).view(np.uint8))
     plan = _slab_plan(meta, dtype, shape)
     if plan is not None and out.nbytes:
-        flat = memoryview(out.reshape(-1).view(np.uint8))
         with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(plan))) as pool:
-            list(pool.map(lambda item: _read_chunk(directory, flat, *item), plan))
-    elif out.size:
+            reads = pool.map(lambda item: _read_chunk(directory, flat, *item), plan)
+            for (_, start, size), _ in zip(plan, reads, strict=True):
+                hasher.update(flat[start:start + size])
+        return flat
+    if out.size:
         import zarr
         from zarr.storage import LocalStore
 
@@ -149,7 +152,8 @@ def _read_zarr(directory: Path, dtype_text: str, shape_text: str) -> memoryview:
         # else a cast back to the true byte order.
         out[...] = (stored.view(dtype) if stored.dtype.kind != dtype.kind
                     else stored.astype(dtype, copy=False))
-    return memoryview(out.reshape(-1).view(np.uint8))
+    hasher.update(flat)
+    return flat
 
 
 def _read_chunk(directory: Path, flat: memoryview, key: str, start: int, size: int) -> None:
