@@ -65,6 +65,7 @@ async def open_cache(
             settings.max_lease_hashes,
             settings.max_uploads,
             settings.body_timeout,
+            settings.max_body_memory,
         )
     finally:
         if client is not None:

@@ -88,6 +88,11 @@ class Settings(BaseSettings):
         default=30.0, gt=0,
         description="seconds an upload may send nothing before it is aborted (408)",
     )
+    max_body_memory: Annotated[int, BeforeValidator(parse_size)] = Field(
+        default=512 * 2**20, gt=0,
+        description="memory the object downloads in flight may hold together (each holds "
+        "at most a storage chunk and a piece); beyond it GETs are answered 503",
+    )
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     max_lease_hashes: int = Field(
         default=100_000, gt=0, description="most hashes in one lease request"

@@ -9,6 +9,7 @@ slices over the array's own buffer, so an upload streams straight from the resul
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +22,8 @@ import xxhash
 from .errors import CacheProtocolError
 from .frames import PARQUET_KIND, decode_frame, encode_frame, frame_nbytes, is_frame
 
-__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "content_hasher", "decode", "encode",
-           "kind_of"]
+__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "array_nbytes", "content_hasher",
+           "decode", "encode", "kind_of"]
 
 CHUNK_BYTES = 1 << 20
 #: Frames at least this large (in memory) are offered to Parquet: the size from which
@@ -93,6 +94,14 @@ def encode(value: Any) -> Encoded:
     digest = content_hasher(kind, dtype, shape)
     digest.update(body)
     return Encoded(kind, dtype, shape, type_name, body, digest.hexdigest())
+
+
+def array_nbytes(dtype: str, shape: str) -> int:
+    """The body size that an array's wire dtype and shape imply."""
+    try:
+        return np.dtype(dtype).itemsize * math.prod(int(n) for n in json.loads(shape))
+    except (ValueError, TypeError) as exc:
+        raise CacheProtocolError(f"bad array metadata {dtype!r} {shape!r}: {exc}") from None
 
 
 def decode(kind: str, dtype: str, shape: str, body: Any) -> Any:

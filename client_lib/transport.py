@@ -24,6 +24,7 @@ from typing import Any
 
 import dask.config
 import httpx
+import numpy as np
 from dask.sizeof import sizeof
 
 from . import codec, direct
@@ -507,7 +508,8 @@ def _batches(items: Iterable[str], size: int) -> list[list[str]]:
 
 def _read_body(response: httpx.Response, kind: str, dtype: str,
                shape: str) -> tuple[Any, str]:
-    """Read a streamed body into one buffer while hashing it; (buffer, digest).
+    """Read a streamed body into one preallocated buffer while hashing it (once);
+    (buffer, digest). An array is then a view of that buffer: no further copy.
 
     Pieces are taken as the connection delivers them (``iter_raw()`` without a size):
     with a size httpx re-assembles them in a ``BytesIO`` first, two more copies of the body.
@@ -516,7 +518,12 @@ def _read_body(response: httpx.Response, kind: str, dtype: str,
     length = response.headers.get("content-length")
     if length is not None:
         size = int(length)
-        buffer = bytearray(size)
+        if kind == "ndarray" and size != codec.array_nbytes(dtype, shape):
+            # Checked before allocating: the headers alone never make us reserve memory.
+            raise CacheProtocolError(f"Content-Length {size} does not match dtype {dtype} "
+                                     f"and shape {shape}")
+        # One preallocated array (not zero-filled) that the value will be a view of.
+        buffer = np.empty(size, dtype=np.uint8)
         view = memoryview(buffer)
         pos = 0
         for chunk in response.iter_raw():
@@ -528,7 +535,7 @@ def _read_body(response: httpx.Response, kind: str, dtype: str,
             pos += n
         if pos != size:
             raise CacheProtocolError(f"body ended after {pos} of {size} bytes")
-        return buffer, hasher.hexdigest()
+        return view, hasher.hexdigest()
     parts = bytearray()
     for chunk in response.iter_raw():
         parts += chunk

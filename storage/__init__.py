@@ -14,6 +14,7 @@ from storage._url import open_storage, storage_url_problem
 from storage._zarr import ZarrArrayStore
 from storage.base import (
     Buffer,
+    ObjectReader,
     ObjectStore,
     ObjectWriter,
     PutResult,
@@ -45,6 +46,7 @@ __all__ = [
     "LocalStorage",
     "ObjectHeader",
     "ObjectNotFound",
+    "ObjectReader",
     "ObjectStore",
     "ObjectWriter",
     "ParquetStore",

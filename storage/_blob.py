@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage._directory import DirectoryStore, FilePayload, Payload, read_file
+from storage._directory import DirectoryStore, FilePayload, Payload, Pieces, file_pieces
 from storage.base import Sidecar
-from storage.errors import CorruptObject
 from storage.header import ObjectHeader
 
 __all__ = ["BlobStore"]
@@ -21,7 +20,7 @@ BLOB_NAME = "blob"
 
 
 class BlobStore(DirectoryStore):
-    """Objects of any kind as single files. Reads hold the whole object in memory once."""
+    """Objects of any kind as single files, read back in pieces."""
 
     name = "blob"
     payload_name = BLOB_NAME
@@ -32,10 +31,6 @@ class BlobStore(DirectoryStore):
     def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
         return FilePayload(directory / BLOB_NAME, header.digest_prefix())
 
-    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
-        view = read_file(directory / BLOB_NAME)
-        prefix = sidecar.header.digest_prefix()
-        if view[: len(prefix)] != prefix:
-            raise CorruptObject(f"blob {sidecar.digest} does not start with its header")
-        return view[len(prefix) :]
-
+    def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
+        return file_pieces(open(directory / BLOB_NAME, "rb", buffering=0),  # noqa: SIM115
+                           sidecar.header.digest_prefix())

@@ -1,15 +1,29 @@
-"""Checking an incoming body as it is pushed: count, hash, enforce the array size, verify."""
+"""Checking a body on its way in (:class:`BodyCheck`: count, hash, enforce the array size,
+verify) and on its way out (:class:`CheckedReader`), for every backend."""
 
 from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import xxhash
 
-from storage.base import Buffer
-from storage.errors import BodySizeMismatch, DigestMismatch, InvalidBody
+from storage.base import Buffer, ObjectReader, Sidecar
+from storage.errors import (
+    BodySizeMismatch,
+    CorruptObject,
+    DigestMismatch,
+    InvalidBody,
+    ObjectNotFound,
+)
 from storage.header import ObjectHeader
 
-__all__ = ["BodyCheck"]
+__all__ = ["FILE_PIECE_BYTES", "BodyCheck", "CheckedReader", "Pieces", "file_pieces"]
+
+#: Pieces in which payload files are read: large enough for the disk, small enough to hold.
+FILE_PIECE_BYTES = 4 * 2**20
 
 
 class BodyCheck:
@@ -47,3 +61,73 @@ class BodyCheck:
         actual = self._hasher.hexdigest()
         if actual != self._expected_digest:
             raise DigestMismatch(self._expected_digest, actual)
+
+
+@dataclass
+class Pieces:
+    """A payload read back: ``pieces`` of at most ``piece_bytes``; ``verified`` when the
+    backend checks each piece against a per-chunk digest itself."""
+
+    pieces: Generator[memoryview, None, None]
+    piece_bytes: int
+    verified: bool = False
+
+
+def file_pieces(file: BinaryIO, skip: bytes = b"") -> Pieces:
+    """An open payload file in pieces of ``FILE_PIECE_BYTES`` (closed at the end), after
+    checking that it starts with ``skip`` (which is not returned)."""
+
+    def pieces() -> Generator[memoryview, None, None]:
+        with file:
+            if skip and file.read(len(skip)) != skip:
+                raise CorruptObject(f"{getattr(file, 'name', None) or getattr(file, 'path', '')} "
+                                    "does not start with its header")
+            while piece := file.read(FILE_PIECE_BYTES):
+                yield memoryview(piece)
+
+    return Pieces(pieces(), FILE_PIECE_BYTES)
+
+
+class CheckedReader(ObjectReader):
+    """Counts (and, unless the backend verifies each piece, hashes) what it hands out."""
+
+    def __init__(self, sidecar: Sidecar, payload: Pieces) -> None:
+        self.sidecar = sidecar
+        self.piece_bytes = min(payload.piece_bytes, sidecar.nbytes)
+        self._pieces = payload.pieces
+        self._hasher = None if payload.verified else xxhash.xxh3_128(
+            sidecar.header.digest_prefix())
+        self._nbytes = 0
+        self._done = False
+
+    def read(self) -> memoryview | None:
+        if self._done:
+            return None
+        try:
+            piece = next(self._pieces, None)
+        except FileNotFoundError as exc:
+            raise ObjectNotFound(self.sidecar.digest) from exc
+        if piece is None:
+            self._finish()
+            return None
+        self._nbytes += piece.nbytes
+        if self._nbytes > self.sidecar.nbytes:
+            raise CorruptObject(f"object {self.sidecar.digest} is longer than its sidecar says")
+        if self._hasher is not None:
+            self._hasher.update(piece)
+        if self._nbytes == self.sidecar.nbytes:
+            self._finish()  # before the last piece leaves
+        return piece
+
+    def _finish(self) -> None:
+        self._done = True
+        self.close()
+        digest = self.sidecar.digest
+        if self._nbytes != self.sidecar.nbytes:
+            raise CorruptObject(f"object {digest} ended after {self._nbytes} of "
+                                f"{self.sidecar.nbytes} bytes")
+        if self._hasher is not None and (actual := self._hasher.hexdigest()) != digest:
+            raise DigestMismatch(digest, actual)
+
+    def close(self) -> None:
+        self._pieces.close()

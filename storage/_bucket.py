@@ -25,20 +25,18 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import xxhash
-
-from storage._body import BodyCheck
+from storage._body import FILE_PIECE_BYTES, BodyCheck, CheckedReader, file_pieces
 from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
     Buffer,
+    ObjectReader,
     ObjectStore,
     ObjectWriter,
     PutResult,
     Sidecar,
-    StoredObject,
     TaskReference,
 )
-from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
+from storage.errors import InvalidHeader, ObjectNotFound
 from storage.header import ObjectHeader, is_digest
 
 __all__ = ["BucketStorage"]
@@ -101,20 +99,13 @@ class BucketStorage(SidecarEdits, ObjectStore):
             raise InvalidHeader(f"not a content digest: {digest!r}")
         return _BucketWriter(self, header, digest, task, type_name)
 
-    def get(self, digest: str) -> StoredObject:
+    def open_reader(self, digest: str) -> ObjectReader:
         sidecar = self.sidecar(digest)
         try:
-            raw = memoryview(self.fs.cat_file(self.key(digest, BLOB_NAME)))
+            file = self.fs.open(self.key(digest, BLOB_NAME), "rb", block_size=FILE_PIECE_BYTES)
         except FileNotFoundError as exc:
             raise ObjectNotFound(digest) from exc
-        prefix = sidecar.header.digest_prefix()
-        if raw[: len(prefix)] != prefix:
-            raise CorruptObject(f"blob {digest} does not start with its header")
-        body = raw[len(prefix):]
-        actual = xxhash.xxh3_128(raw).hexdigest()
-        if actual != digest or body.nbytes != sidecar.nbytes:
-            raise DigestMismatch(digest, actual)
-        return StoredObject(sidecar, body)
+        return CheckedReader(sidecar, file_pieces(file, sidecar.header.digest_prefix()))
 
     def sidecar(self, digest: str) -> Sidecar:
         try:

@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 
-import xxhash
-
 from storage._atomic import (
     TEMP_DIR_NAME,
     fsync_dir,
@@ -31,21 +29,21 @@ from storage._atomic import (
     remove_dir,
     replace_file,
 )
-from storage._body import BodyCheck
+from storage._body import FILE_PIECE_BYTES, BodyCheck, CheckedReader, Pieces, file_pieces
 from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
     Buffer,
+    ObjectReader,
     ObjectStore,
     ObjectWriter,
     PutResult,
     Sidecar,
-    StoredObject,
     TaskReference,
 )
-from storage.errors import CorruptObject, DigestMismatch, InvalidHeader, ObjectNotFound
+from storage.errors import CorruptObject, InvalidHeader, ObjectNotFound
 from storage.header import ObjectHeader, is_digest
 
-__all__ = ["DirectoryStore", "FilePayload", "Payload", "read_file"]
+__all__ = ["FILE_PIECE_BYTES", "DirectoryStore", "FilePayload", "Payload", "Pieces", "file_pieces"]
 
 SIDECAR_NAME = "sidecar.json"
 
@@ -69,7 +67,7 @@ class Payload(ABC):
 class DirectoryStore(SidecarEdits, ObjectStore):
     """An :class:`ObjectStore` keeping each object in its own directory under ``root``.
 
-    Subclasses write and read the payload (:meth:`_write_payload`, :meth:`_read_payload`);
+    Subclasses write and read the payload (:meth:`_open_payload`, :meth:`_read_pieces`);
     this class does digests, sidecars, atomic publish and delete. Thread-safe: publishing,
     sidecar rewrites and deletes are serialised by one lock per store, while the expensive
     parts (writing, fsyncing, reading, hashing) run outside it. Several processes may read one
@@ -95,8 +93,8 @@ class DirectoryStore(SidecarEdits, ObjectStore):
         """Start writing a payload into the empty ``directory``."""
 
     @abstractmethod
-    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
-        """Read the body back; raise ``FileNotFoundError`` if it is gone."""
+    def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
+        """The body in bounded pieces (raising ``FileNotFoundError`` if it is gone)."""
 
     # -- ObjectStore ------------------------------------------------------------------------
 
@@ -120,18 +118,13 @@ class DirectoryStore(SidecarEdits, ObjectStore):
             raise InvalidHeader(f"not a content digest: {digest!r}")
         return _DirectoryWriter(self, header, digest, task, type_name)
 
-    def get(self, digest: str) -> StoredObject:
+    def open_reader(self, digest: str) -> ObjectReader:
         sidecar = self.sidecar(digest)
         try:
-            body = self._read_payload(self.object_path(digest), sidecar)
+            payload = self._read_pieces(self.object_path(digest), sidecar)
         except FileNotFoundError as exc:
             raise ObjectNotFound(digest) from exc
-        hasher = xxhash.xxh3_128(sidecar.header.digest_prefix())
-        hasher.update(body)
-        actual = hasher.hexdigest()
-        if actual != digest or body.nbytes != sidecar.nbytes:
-            raise DigestMismatch(digest, actual)
-        return StoredObject(sidecar, body)
+        return CheckedReader(sidecar, payload)
 
     def sidecar(self, digest: str) -> Sidecar:
         directory = self.object_path(digest)
@@ -273,22 +266,6 @@ class FilePayload(Payload):
 
     def close(self) -> None:
         self._file.close()
-
-
-def read_file(path: Path) -> memoryview:
-    """A whole file in one buffer; :class:`CorruptObject` if it shrinks while read."""
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
-        view = memoryview(bytearray(size))
-        filled = 0
-        while filled < size:
-            n = f.readinto(view[filled:])
-            if not n:
-                break
-            filled += n
-    if filled != size:
-        raise CorruptObject(f"{path} ended after {filled} of {size} bytes")
-    return view
 
 
 def _last_change(path: Path) -> float:

@@ -16,7 +16,7 @@ from storage._blob import BlobStore
 from storage._directory import DirectoryStore
 from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
-from storage.base import ObjectStore, ObjectWriter, Sidecar, StoredObject, TaskReference
+from storage.base import ObjectReader, ObjectStore, ObjectWriter, Sidecar, TaskReference
 from storage.errors import ObjectNotFound
 from storage.header import ObjectHeader
 
@@ -77,8 +77,8 @@ class LocalStorage(ObjectStore):
         backend = self.backend_for(header)
         return backend.open_writer(header, digest=digest, task=task, type_name=type_name)
 
-    def get(self, digest: str) -> StoredObject:
-        return self._holder(digest).get(digest)
+    def open_reader(self, digest: str) -> ObjectReader:
+        return self._holder(digest).open_reader(digest)
 
     def sidecar(self, digest: str) -> Sidecar:
         return self._holder(digest).sidecar(digest)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage._directory import DirectoryStore, FilePayload, Payload, read_file
+from storage._directory import DirectoryStore, FilePayload, Payload, Pieces, file_pieces
 from storage.base import Sidecar
 from storage.header import ObjectHeader
 
@@ -31,5 +31,5 @@ class ParquetStore(DirectoryStore):
     def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
         return FilePayload(directory / PARQUET_NAME, b"")
 
-    def _read_payload(self, directory: Path, sidecar: Sidecar) -> memoryview:
-        return read_file(directory / PARQUET_NAME)
+    def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
+        return file_pieces(open(directory / PARQUET_NAME, "rb", buffering=0))  # noqa: SIM115

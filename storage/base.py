@@ -29,6 +29,7 @@ from storage.header import OPAQUE_KINDS, ObjectHeader
 
 __all__ = [
     "Buffer",
+    "ObjectReader",
     "ObjectStore",
     "ObjectWriter",
     "PutResult",
@@ -223,6 +224,37 @@ class ObjectWriter(ABC):
         self.abort()
 
 
+class ObjectReader(ABC):
+    """One object being read: its ``sidecar``, then its body in pieces of at most
+    ``piece_bytes`` (:meth:`read`), so a reader never holds the whole object.
+
+    Nothing unverified is handed out where the backend can help it: a backend with
+    per-chunk digests verifies each piece before returning it; otherwise the whole digest
+    is checked as the last byte arrives, before the last piece is returned (so a one-piece
+    object is verified before any of it is returned). A mismatch raises
+    :class:`~storage.errors.CorruptObject` from :meth:`read`, a vanished object
+    :class:`~storage.errors.ObjectNotFound`. Each piece is the caller's to keep (never
+    reused by the reader). Calls come one at a time, from any thread.
+    """
+
+    sidecar: Sidecar
+    piece_bytes: int
+
+    @abstractmethod
+    def read(self) -> memoryview | None:
+        """The next piece, or None once the whole body was returned and verified."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release open files; idempotent."""
+
+    def __enter__(self) -> ObjectReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
 class ObjectStore(ABC):
     """Content-addressed objects with sidecars: the one interface every backend implements.
 
@@ -234,9 +266,11 @@ class ObjectStore(ABC):
       Writing an existing digest verifies the body, adds the task reference and keeps the
       stored object. Memory held per writer is bounded (a few MiB to one storage chunk),
       whatever the declared dtype and shape. ``put`` is the same for a whole iterable.
-    - ``get`` verifies the digest of everything it returns; a corrupt object raises
-      :class:`~storage.errors.CorruptObject`, a missing one
-      :class:`~storage.errors.ObjectNotFound`.
+    - ``open_reader`` hands the body out in bounded pieces and verifies everything it
+      returns (per chunk where the backend keeps chunk digests, else the whole digest before
+      the last piece); a corrupt object raises :class:`~storage.errors.CorruptObject`, a
+      missing one :class:`~storage.errors.ObjectNotFound`. ``get`` is the same into one
+      buffer.
     - Objects appear and disappear atomically: readers see the whole object or none.
     - Every method is safe to call from several threads of one process at once.
     """
@@ -282,8 +316,20 @@ class ObjectStore(ABC):
             return writer.commit()
 
     @abstractmethod
+    def open_reader(self, digest: str) -> ObjectReader:
+        """A reader of the object ``digest``; see :class:`ObjectReader`. Raises
+        :class:`~storage.errors.ObjectNotFound` if there is none."""
+
     def get(self, digest: str) -> StoredObject:
-        """Read and verify an object."""
+        """Read and verify a whole object into one buffer."""
+        with self.open_reader(digest) as reader:
+            sidecar = reader.sidecar
+            body = memoryview(bytearray(sidecar.nbytes))
+            filled = 0
+            while (piece := reader.read()) is not None:
+                body[filled:filled + piece.nbytes] = piece  # the reader checks the length
+                filled += piece.nbytes
+        return StoredObject(sidecar, body)
 
     @abstractmethod
     def sidecar(self, digest: str) -> Sidecar:

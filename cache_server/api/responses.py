@@ -19,9 +19,11 @@ _DESCRIPTIONS = {
     401: "missing or unknown bearer token (when the server has tokens)",
     403: "the token's scope does not allow this request",
     404: "unknown hash (or an object found missing or corrupt)",
+    408: "the upload sent nothing for body_timeout seconds; aborted",
     413: "body larger than the server accepts",
     422: "malformed hash, header, query or body",
-    503: "the index (Redis) is unreachable",
+    503: "the index (Redis) is unreachable, or the server is at a limit that frees itself "
+         "(max_uploads, max_body_memory; see Retry-After)",
     507: "no room: larger than max_bytes, the cache is full of pinned entries, or disk full",
 }
 

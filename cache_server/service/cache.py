@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import AsyncGenerator, AsyncIterable, Iterator
+from contextlib import AsyncExitStack, contextmanager, suppress
 
 from anyio import CancelScope, to_thread
 from redis.exceptions import RedisError
@@ -47,7 +47,8 @@ from cache_server.index.redis_index import RedisIndex
 from cache_server.index.runs import RunStore
 from cache_server.metrics import Metrics
 from cache_server.models import Event, Manifest, RunSummary, Stats
-from cache_server.service.body import UploadBody
+from cache_server.service.body import PIECE_BYTES, UploadBody
+from cache_server.service.budget import MemoryBudget
 from cache_server.service.errors import (
     BodyTooLarge,
     Busy,
@@ -64,9 +65,9 @@ from storage import (
     BodySizeMismatch,
     CorruptObject,
     ObjectNotFound,
+    ObjectReader,
     ObjectStore,
     PutResult,
-    StoredObject,
     TaskReference,
 )
 
@@ -96,6 +97,7 @@ class ResultCache:
         max_lease_hashes: int = 100_000,
         max_uploads: int = 64,
         body_timeout: float = 30.0,
+        max_body_memory: int = 512 * 2**20,
     ) -> None:
         self.index = index
         self.storage = storage
@@ -110,6 +112,7 @@ class ResultCache:
         self.runs = RunStore(index.redis, index.prefix)
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
+        self.memory = MemoryBudget(max_body_memory)
         self._uploads = 0  # in flight now (coroutines of one event loop: no lock needed)
 
     async def lookup(self, hashes: list[str]) -> list[str]:
@@ -369,23 +372,53 @@ class ResultCache:
             raise EntryNotFound(task_hash)
         return updated
 
-    async def load(self, task_hash: str) -> tuple[Manifest, StoredObject]:
-        """Read and verify an entry's object and count the hit; a missing or corrupt object
-        drops the entry and raises :class:`EntryNotFound`."""
+    async def stream(self, task_hash: str) -> tuple[Manifest, AsyncGenerator[memoryview]]:
+        """An entry's body as verified pieces read from storage one at a time (each in a
+        worker thread, never holding the whole object), and the manifest; counts the hit.
+
+        The first piece is read (and verified) before this returns, so a missing or corrupt
+        object, or one that is a single piece, drops the entry and raises
+        :class:`EntryNotFound` before anything is sent. A later piece that fails its check
+        drops the entry and raises from the generator: the response is cut off and the
+        client never sees a complete body. While the generator lives it holds its memory
+        reservation (:class:`Busy` if the budget is spent) and its read mark; close it."""
         manifest = await self.manifest(task_hash)
+        held = AsyncExitStack()
         try:
-            async with self.locks.reading(manifest.digest):
-                stored = await to_thread.run_sync(self.storage.get, manifest.digest)
-        except (ObjectNotFound, CorruptObject):
-            await self._drop_corrupt(manifest)
-            raise EntryNotFound(task_hash) from None
+            await held.enter_async_context(self.locks.reading(manifest.digest))
+            try:
+                reader = await to_thread.run_sync(self.storage.open_reader, manifest.digest)
+                held.callback(reader.close)
+                held.enter_context(self.memory.reserve(
+                    reader.piece_bytes + min(PIECE_BYTES, reader.sidecar.nbytes)))
+                first = await to_thread.run_sync(reader.read)
+            except (ObjectNotFound, CorruptObject):
+                await held.aclose()
+                await self._drop_corrupt(manifest)
+                raise EntryNotFound(task_hash) from None
+        except BaseException:
+            await held.aclose()
+            raise
         try:
             await self.index.record_hit(manifest)
         except RedisError as exc:  # the value is verified: a lost hit count must not lose it
             logger.warning("could not count a hit of %s: %s", task_hash, exc)
         self.metrics.served.inc()
-        self.metrics.bytes_sent.inc(stored.body.nbytes)
-        return manifest, stored
+        return manifest, self._pieces(manifest, reader, first, held)
+
+    async def _pieces(self, manifest: Manifest, reader: ObjectReader, piece: memoryview | None,
+                      held: AsyncExitStack) -> AsyncGenerator[memoryview]:
+        try:
+            while piece is not None:
+                self.metrics.bytes_sent.inc(piece.nbytes)
+                yield piece
+                piece = await to_thread.run_sync(reader.read)
+        except (ObjectNotFound, CorruptObject):
+            await held.aclose()
+            await self._drop_corrupt(manifest)
+            raise
+        finally:
+            await held.aclose()
 
     async def locate(self, task_hash: str) -> tuple[Manifest, str | None]:
         """The manifest and where the object lies (``storage.location``) for a client

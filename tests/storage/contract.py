@@ -101,6 +101,14 @@ class Files:
         """Whatever is left inside the temporary areas."""
         return [p for p in self._below_root(withdirs=True) if self._temporary(p)]
 
+    def flip_in_last_piece(self, digest: str) -> None:
+        """Flip a byte of the body's last piece: the first of the last of several chunk
+        files (an edge chunk's end is padding), else the one file's last."""
+        files = sorted(p for p in self.payloads(digest) if not p.endswith(".json"))
+        data = bytearray(self.read(files[-1]))
+        data[0 if len(files) > 1 else -1] ^= 0x40
+        self.write(files[-1], bytes(data))
+
     def payloads(self, digest: str) -> list[str]:
         """The files of one stored object other than its sidecar, largest first."""
         found = self.fs.find(self.object_dir(digest), detail=True)
@@ -295,6 +303,27 @@ class StoreContract:
                 tracemalloc.stop()
             assert peak < 40 * 2**20, header
             assert self.files(store).visible() == []
+
+    def test_reader_hands_out_bounded_verified_pieces(self, store: ObjectStore) -> None:
+        """A 20 MiB object comes back in pieces no larger than ``piece_bytes`` (never the
+        whole object at once), and a flipped byte in its last piece is refused before
+        that piece is handed out."""
+        rng = np.random.default_rng(5)
+        for encoded in (encode_array(rng.random(20 * 2**20 // 8)),
+                        encode_pickle(rng.bytes(20 * 2**20))):
+            if not store.accepts(encoded.header):
+                continue
+            self.put(store, encoded)
+            with store.open_reader(encoded.digest) as reader:
+                assert reader.sidecar.digest == encoded.digest
+                pieces = list(iter(reader.read, None))
+            assert len(pieces) > 1
+            assert all(p.nbytes <= reader.piece_bytes < 20 * 2**20 for p in pieces)
+            assert b"".join(pieces) == encoded.body
+            self.files(store).flip_in_last_piece(encoded.digest)
+            with store.open_reader(encoded.digest) as reader, pytest.raises(CorruptObject):
+                while reader.read() is not None:
+                    pass
 
     def test_leftover_temporary_write_is_invisible(self, store: ObjectStore) -> None:
         """A crash mid-write leaves a directory under .tmp: never listed, never served."""

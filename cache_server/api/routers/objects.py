@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Annotated
 from urllib.parse import quote, unquote
 
+from anyio import fail_after
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.types import Send
 
 from cache_server.api.auth import WriteAccess
-from cache_server.api.dependencies import CacheDep, TaskHash
+from cache_server.api.dependencies import CacheDep, SettingsDep, TaskHash
 from cache_server.api.errors import InvalidRequest
 from cache_server.api.responses import errors
 from cache_server.models import Manifest
@@ -50,7 +52,7 @@ def _parse_content_length(raw: str | None) -> int | None:
     dependencies=[WriteAccess],
     responses={
         200: {"model": Manifest, "description": "already indexed; body discarded"},
-        **errors(400, 403, 413, 507),
+        **errors(400, 403, 408, 413, 507),
     },
 )
 async def put_object(
@@ -86,10 +88,30 @@ async def put_object(
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
 
 
-async def _slices(body: memoryview) -> AsyncIterator[memoryview]:
-    """Zero-copy slices of an in-memory body, for a ``StreamingResponse``."""
-    for start in range(0, body.nbytes, PIECE_BYTES):
-        yield body[start : start + PIECE_BYTES]
+class _BodyResponse(StreamingResponse):
+    """Streams the service's pieces in slices of at most ``PIECE_BYTES``, each handed to
+    the connection within ``send_timeout`` seconds (uvicorn waits while the client does not
+    read: a reader that stalls for longer is cut off, releasing what its stream holds), and
+    always closes the pieces' generator (storage reader, memory reservation, read mark)."""
+
+    def __init__(self, pieces: AsyncGenerator[memoryview], send_timeout: float,
+                 headers: dict[str, str]) -> None:
+        super().__init__(pieces, media_type=_OCTETS, headers=headers)
+        self.pieces = pieces
+        self.send_timeout = send_timeout
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            async for piece in self.pieces:
+                for start in range(0, piece.nbytes, PIECE_BYTES):
+                    with fail_after(self.send_timeout):
+                        await send({"type": "http.response.body", "more_body": True,
+                                    "body": piece[start:start + PIECE_BYTES]})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self.pieces.aclose()
 
 
 def _object_headers(manifest: Manifest) -> dict[str, str]:
@@ -118,12 +140,12 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
     response_class=StreamingResponse,
     responses={200: {"content": {_OCTETS: {}}}, **errors(404)},
 )
-async def get_object(task_hash: TaskHash, cache: CacheDep) -> StreamingResponse:
-    """The verified body; counts a hit and the entry's compute seconds as saved."""
-    manifest, stored = await cache.load(task_hash)
-    return StreamingResponse(
-        _slices(stored.body), media_type=_OCTETS, headers=_object_headers(manifest)
-    )
+async def get_object(task_hash: TaskHash, cache: CacheDep,
+                     settings: SettingsDep) -> StreamingResponse:
+    """The verified body, streamed from storage; counts a hit and the entry's compute
+    seconds as saved."""
+    manifest, pieces = await cache.stream(task_hash)
+    return _BodyResponse(pieces, settings.body_timeout, _object_headers(manifest))
 
 
 @router.head("/v1/objects/{task_hash}", responses=errors(404))
