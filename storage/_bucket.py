@@ -6,13 +6,16 @@ storage")::
 
     <prefix>/<digest[:2]>/<digest>/blob           the digest's preimage (header, then body)
     <prefix>/<digest[:2]>/<digest>/sidecar.json   written last: the object exists once it does
-    <prefix>/.tmp/put-<uuid>                       uploads in progress
 
-An object store has no rename, but every single PUT is atomic. A body is uploaded (in large
-multipart pieces, hashed as it goes) under ``.tmp``, verified, copied to its place
-server-side, and only then is the sidecar written: readers, who look for the sidecar first,
-see the whole object or none; an upload that fails the digest never touches the object's
-place. Deleting removes the sidecar first. Credentials and endpoint come from the standard
+An object store has no rename, but an upload becomes visible only when it is completed: a
+single PUT, or a multipart upload's final request. A body is uploaded to its place in
+large multipart pieces, hashed as it goes, and the upload is completed only once the whole
+body matches its digest (otherwise it is aborted, and nothing was ever visible there); then
+the sidecar is written. Readers, who look for the sidecar first, see the whole object or
+none; two writers of one digest complete the same bytes. Deleting removes the sidecar
+first. A crash leaves at most a blob without a sidecar (``sweep_temporary`` removes it) or
+an incomplete multipart upload, which the bucket never lists (an S3 lifecycle rule for
+incomplete uploads reclaims their space). Credentials and endpoint come from the standard
 AWS variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``,
 ``AWS_DEFAULT_REGION``), as botocore reads them. A missing bucket is created.
 """
@@ -21,7 +24,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -43,7 +45,6 @@ __all__ = ["BucketStorage"]
 
 SIDECAR_NAME = "sidecar.json"
 BLOB_NAME = "blob"
-TEMP_NAME = ".tmp"
 #: Multipart piece size: large pieces keep an upload near the link's speed.
 _PART_BYTES = 64 * 2**20
 
@@ -140,16 +141,15 @@ class BucketStorage(SidecarEdits, ObjectStore):
                 yield digest
 
     def sweep_temporary(self, older_than: float = 0.0) -> int:
-        """Uploads under ``.tmp`` and blobs whose sidecar never came (a crash between the
-        copy and the sidecar, or between a delete's two steps)."""
+        """Blobs whose sidecar never came (a crash between completing the upload and
+        writing the sidecar, or between a delete's two steps)."""
         cutoff = time.time() - older_than
         found = self.fs.find(self.root, detail=True)
         sidecars = {p for p in found if p.endswith("/" + SIDECAR_NAME)}
         doomed = [
             path for path, info in found.items()
-            if (path.startswith(f"{self.root}/{TEMP_NAME}/")
-                or (path.endswith("/" + BLOB_NAME)
-                    and path[: -len(BLOB_NAME)] + SIDECAR_NAME not in sidecars))
+            if path.endswith("/" + BLOB_NAME)
+            and path[: -len(BLOB_NAME)] + SIDECAR_NAME not in sidecars
             and _modified(info) <= cutoff
         ]  # fmt: skip
         for path in doomed:
@@ -171,8 +171,9 @@ def _modified(info: dict[str, Any]) -> float:
 
 
 class _BucketWriter(ObjectWriter):
-    """Uploads under ``.tmp`` while hashing; on commit verifies, copies into place and
-    writes the sidecar. For a digest already stored the body is only hashed."""
+    """Uploads to the object's place while hashing; on commit verifies, completes the
+    upload and writes the sidecar (on failure aborts it). For a digest already stored the
+    body is only hashed."""
 
     def __init__(self, store: BucketStorage, header: ObjectHeader, digest: str,
                  task: TaskReference, type_name: str | None) -> None:
@@ -182,11 +183,10 @@ class _BucketWriter(ObjectWriter):
         self._task = task
         self._type_name = type_name
         self._body = BodyCheck(header, digest)
-        self._temp: str | None = None
         self._file: Any = None
         if not store.exists(digest):
-            self._temp = f"{store.root}/{TEMP_NAME}/put-{uuid.uuid4().hex}"
-            self._file = store.fs.open(self._temp, "wb", block_size=_PART_BYTES)
+            self._file = store.fs.open(store.key(digest, BLOB_NAME), "wb",
+                                       block_size=_PART_BYTES)
             self._file.write(header.digest_prefix())
 
     def write(self, data: Buffer) -> None:
@@ -198,10 +198,8 @@ class _BucketWriter(ObjectWriter):
         store, digest, task = self._store, self._digest, self._task
         try:
             self._body.verify()
-            if self._temp is None:  # already stored (or removed meanwhile: ObjectNotFound)
+            if self._file is None:  # already stored (or removed meanwhile: ObjectNotFound)
                 return PutResult(store.add_task(digest, task), created=False)
-            self._file.close()
-            self._file = None
             sidecar = Sidecar(
                 digest=digest,
                 header=self._header,
@@ -214,7 +212,8 @@ class _BucketWriter(ObjectWriter):
             with store._lock:
                 if store.exists(digest):  # stored meanwhile by another writer
                     return PutResult(store._add_task_locked(digest, task), created=False)
-                store.fs.copy(self._temp, store.key(digest, BLOB_NAME))
+                self._file.close()  # completes the upload: the verified bytes appear
+                self._file = None
                 store._write_sidecar(sidecar)
             return PutResult(sidecar, created=True)
         finally:
@@ -225,9 +224,3 @@ class _BucketWriter(ObjectWriter):
             self._file.discard()  # aborts a multipart upload, drops the buffer
             self._file.closed = True  # nothing left to flush
             self._file = None
-        if self._temp is not None:
-            try:
-                self._store.fs.rm_file(self._temp)
-            except FileNotFoundError:
-                pass
-            self._temp = None

@@ -55,14 +55,13 @@ class TestBucketStorage(StoreContract):
         return BucketStorage(s3_url)
 
     def plant_crash_leftovers(self, store: ObjectStore, digest: str) -> list[str]:
-        """An upload that died under ``.tmp``, and a blob whose sidecar never came (a crash
-        between the copy into place and the sidecar)."""
+        """Blobs whose sidecar never came (a crash between completing the upload and
+        writing the sidecar, or in the middle of a delete)."""
         files = self.files(store)
-        crashed = f"{files.root}/.tmp/put-crashed"
-        files.write(crashed, b"half")
-        orphan = f"{files.root}/ee/{'e' * 32}/blob"
-        files.write(orphan, b"pickle\n\n\nhalf")
-        return [crashed, orphan]
+        orphans = [f"{files.root}/{d[:2]}/{d}/blob" for d in ("e" * 32, "f" * 32)]
+        for orphan in orphans:
+            files.write(orphan, b"pickle\n\n\nhalf")
+        return orphans
 
 
 class TestLocalStorage(StoreContract):
