@@ -39,7 +39,7 @@ from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .runs import RunReporter, reporting
 from .signing import SigningKey, configured_key
-from .tasks import StoreRun, pop_counts, pop_decisions, pop_stored, server_lost
+from .tasks import StoreRun, flush_stores, pop_counts, pop_decisions, pop_stored, server_lost
 from .transport import CacheClient, direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
@@ -170,7 +170,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     lap("lookup")
 
     run = StoreRun(client, store_policy, uuid.uuid4().hex, lease_ttl=lease_ttl(),
-                   lease_wait=lease_wait())
+                   lease_wait=lease_wait(), batch=_can_flush(schedule, compute_kwargs))
     overwrite = hits if refresh else frozenset()
     distrusted: set[str] = set()
     untrusted: set[str] = set()
@@ -238,10 +238,16 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
                 lap("run")
             break
     except BaseException:
+        if run.batch:  # what it stored counts in the report below
+            _flush_stores(schedule, run.run_id)
         release_leases(run, leased)  # the tasks that never ran must not keep them
         if reporter is not None and not server_lost(run.run_id):
             reporter.finish(report, pop_stored(run.run_id), "failed")
         raise
+    finally:
+        if run.batch:  # never return before the run's stores are durable (or failed)
+            _flush_stores(schedule, run.run_id)  # (at once if the except block did)
+            lap("store")
     owner = _distributed_client(schedule)
     if owner is not None and compute_kwargs.get("sync", True) is False:
         for key, future in zip(m.keys, results, strict=True):
@@ -385,6 +391,28 @@ def _distributed_client(schedule: Callable) -> Any:
     if owner is not None and type(owner).__name__ == "Client" and hasattr(owner, "scheduler"):
         return owner
     return None
+
+
+def _can_flush(schedule: Callable, kwargs: dict[str, Any]) -> bool:
+    """Whether this run's stores may be queued (client_lib/store_queue.py): every process
+    that runs its tasks can be asked to wait for them before the run returns. Not so for
+    worker processes of the multiprocessing scheduler, nor for futures (``sync=False``)."""
+    if _is_local(schedule):
+        return True
+    return _distributed_client(schedule) is not None and kwargs.get("sync", True) is not False
+
+
+def _flush_stores(schedule: Callable, run_id: str) -> None:
+    """Wait for the run's queued stores here, or on every worker of its cluster."""
+    client = _distributed_client(schedule)
+    if client is None:
+        flush_stores(run_id)
+        return
+    try:
+        client.run(flush_stores, run_id)
+    except Exception as exc:  # a worker that left took its queue with it
+        logger.warning("cached_compute: could not wait for the stores on every worker: %s",
+                       exc)
 
 
 def _is_local(schedule: Callable) -> bool:

@@ -32,15 +32,16 @@ from .errors import (
     ResultCacheError,
 )
 from .handles import is_handle
-from .leases import LeaseKeeper, wait_for_holder
+from .leases import LeaseKeeper, release_leases, wait_for_holder
 from .notices import warn_once
 from .policy import LARGE_BYTES, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
 from .speeds import LOAD_SPEEDS
+from .store_queue import MAX_OBJECT_BYTES, Queued, StoreQueue
 from .transport import CacheClient
 
-__all__ = ["StoreRun", "StoreSpec", "load_result", "pop_counts", "pop_decisions", "pop_stored",
-           "run_and_store", "run_group", "server_lost"]
+__all__ = ["StoreRun", "StoreSpec", "flush_stores", "load_result", "pop_counts",
+           "pop_decisions", "pop_stored", "run_and_store", "run_group", "server_lost"]
 
 _CHAIN_LIMIT = 100_000
 _chain_seconds: dict[str, float] = {}  # task hash -> cost to recompute its uncached chain
@@ -66,6 +67,10 @@ class StoreRun:
     run_id: str  # also the holder of this run's leases
     lease_ttl: float = 60.0
     lease_wait: float | None = None  # None: the holder's estimate + 30 s
+    # Small results go through the process's StoreQueue (batched, group-committed); the
+    # caller then waits for them with flush_stores (cached_compute on a scheduler it can
+    # reach every executing process of: threads, sync, a distributed client).
+    batch: bool = False
 
 
 @dataclass(slots=True)
@@ -183,6 +188,11 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                            f"{'stored' if chosen else 'not stored'}: {why}")
         if chosen:
             payload = _encoded(value, warned)
+            if run.batch and not spec.overwrite:
+                payload = payload if isinstance(payload, codec.Encoded) else codec.encode(payload)
+                if payload.nbytes <= MAX_OBJECT_BYTES:
+                    _queue_store(spec, payload, seconds)
+                    return True
             # The entry records the task's own time (the chain is only this run's estimate
             # of what recomputing costs, for the policy).
             if run.cache.put(spec.task_hash, payload, seconds, spec.label,
@@ -204,6 +214,30 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
         warn_once(f"result cache: could not store a {type(value).__name__} "
                   f"({spec.label}): {type(exc).__name__}: {exc}")
     return False
+
+
+def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float) -> None:
+    """Hand a small encoded result to the process's :class:`StoreQueue`; its outcome is
+    counted (or its lease released) once the server answered."""
+    run = spec.run
+    if enc.kind == "ndarray":  # the task's own array: a later task may change it in place
+        enc.body = memoryview(bytes(enc.body))
+
+    def done(stored: bool) -> None:
+        if stored:
+            count(run.run_id, "stored")
+            with _lock:
+                _run_stored[run.run_id].add(spec.task_hash)
+        elif spec.lease is not None:  # held (or taken over from a holder that let go)
+            release_leases(run, [spec.task_hash])
+
+    StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc, seconds,
+                                   spec.label, spec.ttl, done))
+
+
+def flush_stores(run_id: str) -> None:
+    """Wait until every result ``run_id`` queued in this process is stored or failed."""
+    StoreQueue.get().wait(run_id)
 
 
 def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> Any:

@@ -317,6 +317,42 @@ class CacheClient:
         raise CacheProtocolError(f"PUT {task_hash}: {response.status_code} "
                                  f"{_detail(response)}")
 
+    def put_many(self, items: list[tuple[str, codec.Encoded, float, str, float | None]]
+                 ) -> list[bool]:
+        """Store small encoded values (``(task_hash, encoded, compute_seconds, label,
+        ttl)``, bodies below 1 MiB) in one ``POST /v1/objects/batch``: the server makes
+        them durable together (one group commit) before it answers. Per item, whether the
+        server now holds it. Raises like :meth:`put` for the whole request."""
+        if self._store_refused is not None:
+            raise self._store_refused
+        parts: list[bytes | memoryview] = []
+        for task_hash, enc, seconds, label, ttl in items:
+            meta: dict[str, Any] = {
+                "hash": task_hash, "kind": enc.kind, "digest": enc.digest,
+                "nbytes": enc.nbytes, "label": label, "type": enc.type_name,
+                "compute_seconds": min(max(float(seconds), 0.0), MAX_COMPUTE_SECONDS)}
+            if enc.kind == "ndarray":
+                meta["dtype"], meta["shape"] = enc.dtype, enc.shape
+            if self.signing_key is not None:
+                meta["signature"] = self.signing_key.sign(task_hash, enc.kind, enc.dtype,
+                                                          enc.shape, enc.digest)
+            if ttl is not None:
+                meta["ttl"] = float(ttl)
+            header = json.dumps(meta, separators=(",", ":")).encode()
+            parts += [len(header).to_bytes(4, "big"), header, enc.body]
+        payload = b"".join(parts)
+        try:
+            response = self._request("POST", "/v1/objects/batch", body=lambda: payload,
+                                     headers={"Content-Type": "application/x-result-batch"})
+        except CacheAccessDenied as exc:
+            self._store_refused = exc
+            raise
+        _expect(response, 200)
+        results = response.json()["results"]
+        if len(results) != len(items):
+            raise CacheProtocolError(f"batch of {len(items)} answered with {len(results)}")
+        return [r["status"] in (200, 201) for r in results]
+
     def get(self, task_hash: str) -> Any:
         """Load and verify the value stored under ``task_hash``: read where it lies when
         this process sees the server's storage (config ``result-cache.direct-read``,

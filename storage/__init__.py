@@ -13,6 +13,7 @@ from storage._parquet import ParquetStore
 from storage._url import open_storage, storage_url_problem
 from storage._zarr import ZarrArrayStore
 from storage.base import (
+    BatchItem,
     Buffer,
     ObjectReader,
     ObjectStore,
@@ -35,6 +36,7 @@ from storage.header import ObjectHeader, content_digest, is_digest
 
 __all__ = [
     "ZARR_MIN_BYTES",
+    "BatchItem",
     "BlobStore",
     "BucketStorage",
     "BodySizeMismatch",

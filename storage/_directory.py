@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
 from pathlib import Path
 
 from storage._atomic import (
     TEMP_DIR_NAME,
+    durable_batch,
     fsync_dir,
     fsync_tree,
     new_temp_dir,
@@ -32,6 +34,7 @@ from storage._atomic import (
 from storage._body import FILE_PIECE_BYTES, BodyCheck, CheckedReader, Pieces, file_pieces
 from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
+    BatchItem,
     Buffer,
     ObjectReader,
     ObjectStore,
@@ -40,7 +43,7 @@ from storage.base import (
     Sidecar,
     TaskReference,
 )
-from storage.errors import CorruptObject, InvalidHeader, ObjectNotFound
+from storage.errors import CorruptObject, InvalidHeader, ObjectNotFound, StorageError
 from storage.header import ObjectHeader, is_digest
 
 __all__ = ["FILE_PIECE_BYTES", "DirectoryStore", "FilePayload", "Payload", "Pieces", "file_pieces"]
@@ -117,6 +120,109 @@ class DirectoryStore(SidecarEdits, ObjectStore):
         if not is_digest(digest):
             raise InvalidHeader(f"not a content digest: {digest!r}")
         return _DirectoryWriter(self, header, digest, task, type_name)
+
+    def put_batch(self, items: Sequence[BatchItem]) -> list[PutResult | Exception]:
+        """Store many small objects with one group commit: every new object is written
+        under ``.tmp`` and every sidecar that gains a task beside its object, nothing
+        fsynced yet; the filesystem is made durable once (:func:`durable_batch`); the
+        objects and sidecars are renamed into place and made durable once more. A crash
+        leaves each object whole in place or only under ``.tmp`` (swept at start), and each
+        sidecar old or new. Per item: its :class:`PutResult`, or the error that kept it out
+        (a wrong digest or size), which stores nothing for that item only."""
+        results: list[PutResult | Exception | None] = [None] * len(items)
+        written: list[tuple[int, Path, Sidecar]] = []
+        existing: list[int] = []
+        try:
+            for i, item in enumerate(items):
+                try:
+                    if self._write_batch_item(item, written, i):
+                        existing.append(i)
+                except StorageError as exc:
+                    results[i] = exc
+            if written:
+                durable_batch(self.root / TEMP_DIR_NAME, [temp for _, temp, _ in written])
+            parents: set[Path] = set()
+            with self._lock:
+                for i, temp, sidecar in written:
+                    final = self.object_path(sidecar.digest)
+                    parents.add(final.parent)
+                    if _publish_unsynced(temp, final):
+                        results[i] = PutResult(sidecar, created=True)
+                    else:  # another writer won: this one only adds its task
+                        existing.append(i)
+                added = self._add_tasks_locked([items[i] for i in existing], parents)
+                for j, sidecar in added:
+                    results[existing[j]] = PutResult(sidecar, created=False)
+            if parents:  # the renames
+                durable_batch(self.root, parents)
+        finally:
+            for _, temp, _ in written:
+                remove_dir(temp)
+        return [r for r in results if r is not None]
+
+    def _write_batch_item(self, item: BatchItem, written: list, i: int) -> bool:
+        """Write one item of :meth:`put_batch` under ``.tmp`` (not yet durable); True if
+        its object exists already (its body is still verified)."""
+        if not self.accepts(item.header) or not is_digest(item.digest):
+            raise InvalidHeader(f"{self.name} store cannot hold {item.header} {item.digest!r}")
+        body = BodyCheck(item.header, item.digest)
+        view = body.feed(item.body)
+        if self.object_path(item.digest).is_dir():
+            body.verify()
+            return True
+        temp = new_temp_dir(self.root, "put")
+        try:
+            payload = self._open_payload(temp, item.header)
+            try:
+                if view.nbytes:
+                    payload.write(view)
+                payload.finish()
+            except BaseException:
+                payload.close()
+                raise
+            body.verify()
+            sidecar = Sidecar(digest=item.digest, header=item.header, storage=self.name,
+                              nbytes=body.nbytes, type=item.type_name,
+                              created=item.task.created or time.time(),
+                              tasks={item.task.task_hash: item.task})
+            (temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
+        except BaseException:
+            remove_dir(temp)
+            raise
+        written.append((i, temp, sidecar))
+        return False
+
+    def _add_tasks_locked(self, items: list[BatchItem],
+                          renamed_in: set[Path]) -> list[tuple[int, Sidecar]]:
+        """``add_task`` for many items with one group commit (caller holds the lock):
+        new sidecars are written beside the old ones, made durable at once, then renamed
+        over them (their directories join ``renamed_in``: the caller makes the renames
+        durable). Per item its position in ``items`` and its sidecar now."""
+        done: list[tuple[int, Sidecar]] = []
+        pending: dict[str, tuple[Sidecar, Path]] = {}  # digest -> new sidecar, its temp
+        for i, item in enumerate(items):
+            sidecar = pending[item.digest][0] if item.digest in pending else self.sidecar(
+                item.digest)
+            if item.task.task_hash not in sidecar.tasks:
+                sidecar = sidecar.with_task(item.task)
+                temp = self.object_path(item.digest) / f".{SIDECAR_NAME}.{uuid.uuid4().hex}"
+                temp.write_bytes(sidecar.dumps())
+                if item.digest in pending:
+                    pending[item.digest][1].unlink()
+                pending[item.digest] = (sidecar, temp)
+            done.append((i, sidecar))
+        if pending:
+            try:
+                durable_batch(self.root, [temp for _, temp in pending.values()])
+                for digest, (_, temp) in pending.items():
+                    os.replace(temp, self.object_path(digest) / SIDECAR_NAME)
+                    renamed_in.add(self.object_path(digest))
+            except BaseException:
+                for _, temp in pending.values():
+                    temp.unlink(missing_ok=True)
+                raise
+        latest = {digest: sidecar for digest, (sidecar, _) in pending.items()}
+        return [(i, latest.get(items[i].digest, sidecar)) for i, sidecar in done]
 
     def open_reader(self, digest: str) -> ObjectReader:
         sidecar = self.sidecar(digest)
@@ -280,3 +386,17 @@ def _last_change(path: Path) -> float:
         return newest
     except FileNotFoundError:
         return 0.0
+
+
+def _publish_unsynced(temp: Path, final: Path) -> bool:
+    """Rename ``temp`` (made durable already) to ``final``; the caller makes the renames
+    durable, all at once. False if ``final`` exists (another writer won)."""
+    if not final.parent.is_dir():
+        final.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.rename(temp, final)
+    except OSError:
+        if not final.exists():
+            raise
+        return False
+    return True

@@ -9,14 +9,22 @@ file (docs/architecture.md, "Storage and transport facts").
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from storage._blob import BlobStore
 from storage._directory import DirectoryStore
 from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
-from storage.base import ObjectReader, ObjectStore, ObjectWriter, Sidecar, TaskReference
+from storage.base import (
+    BatchItem,
+    ObjectReader,
+    ObjectStore,
+    ObjectWriter,
+    PutResult,
+    Sidecar,
+    TaskReference,
+)
 from storage.errors import ObjectNotFound
 from storage.header import ObjectHeader
 
@@ -76,6 +84,21 @@ class LocalStorage(ObjectStore):
     ) -> ObjectWriter:
         backend = self.backend_for(header)
         return backend.open_writer(header, digest=digest, task=task, type_name=type_name)
+
+    def put_batch(self, items: Sequence[BatchItem]) -> list[PutResult | Exception]:
+        """Each backend's batch in one group commit (small objects all go to blobs)."""
+        by_backend: dict[int, list[int]] = {}
+        backends: dict[int, DirectoryStore] = {}
+        for i, item in enumerate(items):
+            backend = self.backend_for(item.header)
+            backends[id(backend)] = backend
+            by_backend.setdefault(id(backend), []).append(i)
+        results: list[PutResult | Exception | None] = [None] * len(items)
+        for key, positions in by_backend.items():
+            done = backends[key].put_batch([items[i] for i in positions])
+            for i, result in zip(positions, done, strict=True):
+                results[i] = result
+        return [r for r in results if r is not None]
 
     def open_reader(self, digest: str) -> ObjectReader:
         return self._holder(digest).open_reader(digest)

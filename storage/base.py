@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import numpy as np
 
-from storage.errors import ObjectNotFound
+from storage.errors import ObjectNotFound, StorageError
 from storage.header import OPAQUE_KINDS, ObjectHeader
 
 __all__ = [
+    "BatchItem",
     "Buffer",
     "ObjectReader",
     "ObjectStore",
@@ -255,6 +256,17 @@ class ObjectReader(ABC):
         self.close()
 
 
+@dataclass(frozen=True)
+class BatchItem:
+    """One small object of :meth:`ObjectStore.put_batch`: its whole body in memory."""
+
+    header: ObjectHeader
+    body: Buffer
+    digest: str
+    task: TaskReference
+    type_name: str | None = None
+
+
 class ObjectStore(ABC):
     """Content-addressed objects with sidecars: the one interface every backend implements.
 
@@ -314,6 +326,21 @@ class ObjectStore(ABC):
             for chunk in chunks:
                 writer.write(chunk)
             return writer.commit()
+
+    def put_batch(self, items: Sequence[BatchItem]) -> list[PutResult | Exception]:
+        """Store many small objects; per item its :class:`PutResult` or the error
+        (:class:`~storage.errors.StorageError`) that kept it out, which stores nothing for
+        that item only. Each item obeys ``put``'s contract. This default puts them one by
+        one; backends that can make a whole batch durable at once (one group commit)
+        override it."""
+        results: list[PutResult | Exception] = []
+        for item in items:
+            try:
+                results.append(self.put(item.header, [item.body], digest=item.digest,
+                                        task=item.task, type_name=item.type_name))
+            except StorageError as exc:
+                results.append(exc)
+        return results
 
     @abstractmethod
     def open_reader(self, digest: str) -> ObjectReader:

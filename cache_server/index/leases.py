@@ -156,9 +156,10 @@ class LeaseStore:
         _, _, estimate = str(value).partition(" ")
         return LeaseStatus(True, max(int(pttl), 0) / 1000, float(estimate) if estimate else None)
 
-    async def drop(self, task_hash: str) -> None:
-        """Forget the lease of a hash that is now stored (whoever held it)."""
-        await self.redis.delete(self.key(task_hash))
+    async def drop(self, *task_hashes: str) -> None:
+        """Forget the leases of hashes that are now stored (whoever held them)."""
+        if task_hashes:
+            await self.redis.delete(*(self.key(h) for h in task_hashes))
 
 
 def _ms(seconds: float) -> str:

@@ -228,8 +228,6 @@ class RedisIndex:
         """
         key = self._manifest_key(manifest.hash)
         refs = self._refs_key(manifest.digest)
-        stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
-        last_access = max(manifest.last_access, manifest.created)
 
         async def attempt(pipe: Any) -> tuple[Manifest, bool]:
             await pipe.watch(key, refs)
@@ -241,30 +239,75 @@ class RedisIndex:
                 return existing, False
             first_reference = not await pipe.exists(refs)
             pipe.multi()
-            pipe.set(key, stored)
-            pipe.sadd(self._members, manifest.hash)
-            pipe.zadd(self._by_hash, {manifest.hash: 0})
-            pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
-            pipe.zadd(self._access, {manifest.hash: last_access})
-            if manifest.pinned:
-                pipe.sadd(self._pinned, manifest.hash)
-            else:
-                pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
-            pipe.hdel(self._hits, manifest.hash)
-            if manifest.expires is not None:
-                pipe.zadd(self._expires, {manifest.hash: manifest.expires})
-            pipe.sadd(refs, manifest.hash)
-            pipe.hincrby(self._stats, "bytes", manifest.nbytes)
-            if first_reference:
-                pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
-            if record:
-                pipe.hincrby(self._stats, "stores", 1)
-                self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label)
+            self._queue_add(pipe, manifest, first_reference, record)
             await pipe.execute()
-            manifest.last_access = last_access
             return manifest, True
 
         return await watched(self.redis, attempt)
+
+    async def add_many(self, manifests: Sequence[Manifest]) -> list[tuple[Manifest, bool]]:
+        """:meth:`add` for many manifests (distinct hashes) in one transaction: what a
+        batch store indexes once its objects are durable. Per manifest, in order, the
+        indexed manifest and whether it was added now."""
+        if not manifests:
+            return []
+        keys = [self._manifest_key(m.hash) for m in manifests]
+        refs = list(dict.fromkeys(self._refs_key(m.digest) for m in manifests))
+
+        async def attempt(pipe: Any) -> list[tuple[Manifest, bool]]:
+            await pipe.watch(*keys, *refs)
+            async with self.redis.pipeline(transaction=False) as reads:
+                for key in (*keys, *refs):
+                    reads.exists(key)
+                answers = await reads.execute()
+            present = answers[:len(keys)]
+            referenced = {ref for ref, n in zip(refs, answers[len(keys):], strict=True) if n}
+            if all(present):
+                await pipe.unwatch()
+            else:
+                pipe.multi()
+                for manifest, found in zip(manifests, present, strict=True):
+                    if found:
+                        continue
+                    ref = self._refs_key(manifest.digest)
+                    self._queue_add(pipe, manifest, ref not in referenced, True)
+                    referenced.add(ref)
+                await pipe.execute()
+            existing = [m.hash for m, found in zip(manifests, present, strict=True) if found]
+            current = dict(zip(existing, await self.manifests(existing), strict=True))
+            if any(m is None for m in current.values()):
+                raise WatchError("deleted meanwhile")  # start over (nothing was written)
+            return [(current[m.hash], False) if found else (m, True)  # type: ignore[misc]
+                    for m, found in zip(manifests, present, strict=True)]
+
+        return await watched(self.redis, attempt)
+
+    def _queue_add(self, pipe: Any, manifest: Manifest, first_reference: bool,
+                   record: bool) -> None:
+        """Queue the writes that index ``manifest`` (inside a transaction); sets its
+        ``last_access``."""
+        stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
+        last_access = max(manifest.last_access, manifest.created)
+        pipe.set(self._manifest_key(manifest.hash), stored)
+        pipe.sadd(self._members, manifest.hash)
+        pipe.zadd(self._by_hash, {manifest.hash: 0})
+        pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
+        pipe.zadd(self._access, {manifest.hash: last_access})
+        if manifest.pinned:
+            pipe.sadd(self._pinned, manifest.hash)
+        else:
+            pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
+        pipe.hdel(self._hits, manifest.hash)
+        if manifest.expires is not None:
+            pipe.zadd(self._expires, {manifest.hash: manifest.expires})
+        pipe.sadd(self._refs_key(manifest.digest), manifest.hash)
+        pipe.hincrby(self._stats, "bytes", manifest.nbytes)
+        if first_reference:
+            pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
+        if record:
+            pipe.hincrby(self._stats, "stores", 1)
+            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label)
+        manifest.last_access = last_access
 
     async def remove(
         self, task_hash: str, *, reason: str = "delete"

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager, suppress
 
 from anyio import CancelScope, to_thread
@@ -54,6 +54,7 @@ from cache_server.service.errors import (
     Busy,
     EntryNotFound,
     IndexUnavailable,
+    InvalidUpload,
     NoRoom,
     RunNotFound,
     storage_full,
@@ -62,6 +63,7 @@ from cache_server.service.leases import Leases
 from cache_server.service.locks import DigestLocks
 from cache_server.service.upload import Upload, manifest_for
 from storage import (
+    BatchItem,
     BodySizeMismatch,
     CorruptObject,
     ObjectNotFound,
@@ -335,6 +337,108 @@ class ResultCache:
             yield
         finally:
             self._uploads -= 1
+
+    async def store_batch(
+        self, chunks: AsyncIterable[bytes], limit: int,
+        parse: Callable[[bytes], list[tuple[Upload, bytes]]],
+    ) -> tuple[list[tuple[Upload, bytes]], list[tuple[Manifest, bool] | Exception]]:
+        """Store a batch of small uploads whose body (at most ``limit`` bytes, each read
+        within ``body_timeout``) arrives as ``chunks`` and ``parse`` cuts into uploads with
+        their bodies. Returns the uploads and, per upload in order, what :meth:`store`
+        returns or the error that kept that upload out (the others are stored).
+
+        One group commit (:meth:`storage.LocalStorage.put_batch`: one filesystem sync for
+        all the objects) and one Redis transaction for the index; nothing is acknowledged
+        before it is durable. Overwrites are not batched (:class:`InvalidUpload`); a hash
+        repeated in the batch is stored once (later copies answer like an indexed hash).
+        Storing ends the hashes' leases. Takes one of ``max_uploads`` places.
+        """
+        with self._upload_slot():
+            body = UploadBody(chunks, limit, lambda: BodyTooLarge(limit), self.body_timeout)
+            data = bytearray()
+            while (piece := await body.read_piece()) is not None:
+                data += piece
+            uploads = parse(bytes(data))
+            return uploads, await self._store_batch(uploads)
+
+    async def _store_batch(
+        self, uploads: list[tuple[Upload, bytes]]
+    ) -> list[tuple[Manifest, bool] | Exception]:
+        outcomes: list[tuple[Manifest, bool] | Exception | None] = [None] * len(uploads)
+        existing = await self.index.manifests([u.task_hash for u, _ in uploads])
+        now = time.time()
+        new: dict[str, int] = {}  # task hash -> position of the upload that stores it
+        for i, ((upload, body), found) in enumerate(zip(uploads, existing, strict=True)):
+            if upload.overwrite:
+                outcomes[i] = InvalidUpload("overwrites are not batched: PUT them")
+            elif len(body) > self.max_body_bytes:
+                outcomes[i] = BodyTooLarge(self.max_body_bytes)
+            elif found is not None and (found.expires is None or found.expires > now):
+                outcomes[i] = (found, False)
+            elif upload.task_hash not in new:
+                if found is not None:  # expired: gone now, stored again below
+                    await self._remove(found, "expire")
+                new[upload.task_hash] = i
+        if new:
+            await self._store_new([(i, *uploads[i]) for i in new.values()], outcomes, now)
+        for i, (upload, _) in enumerate(uploads):
+            if outcomes[i] is None:  # a repeat of a hash this batch stored
+                first = outcomes[new[upload.task_hash]]
+                outcomes[i] = (first[0], False) if isinstance(first, tuple) else first
+        stored = [u.task_hash for (u, _), o in zip(uploads, outcomes, strict=True)
+                  if isinstance(o, tuple)]
+        await self.leases.drop(*stored)
+        created = sum(1 for o in outcomes if isinstance(o, tuple) and o[1])
+        if created:
+            self.metrics.stores.inc(created)
+            with suppress(NoRoom):  # the cap again, as stores settle (pinned entries stay)
+                await self._make_room(0)
+        return outcomes  # type: ignore[return-value]
+
+    async def _store_new(self, items: list[tuple[int, Upload, bytes]],
+                         outcomes: list, now: float) -> None:
+        """The part of :meth:`store_batch` that writes: the objects (one group commit,
+        under every digest's lock), room under the cap for the bytes that were new and
+        verified, then one index transaction."""
+        references = [TaskReference(u.task_hash, u.label, u.compute_seconds, now,
+                                    signature=u.signature) for _, u, _ in items]
+        batch = [BatchItem(u.header, body, u.digest, ref, u.type_name)
+                 for (_, u, body), ref in zip(items, references, strict=True)]
+        async with AsyncExitStack() as locks:
+            for digest in sorted({u.digest for _, u, _ in items}):  # one order: no deadlock
+                await locks.enter_async_context(self.locks.hold(digest))
+            try:
+                results = await to_thread.run_sync(self.storage.put_batch, batch)
+            except OSError as exc:
+                error = NoRoom(f"the server's disk is full: {exc}") if storage_full(exc) else exc
+                for i, _, _ in items:
+                    outcomes[i] = error
+                return
+            stored = [(i, u, ref, r) for (i, u, _), ref, r in zip(items, references, results,
+                                                                   strict=True)
+                      if not isinstance(r, Exception)]
+            for (i, _, _), result in zip(items, results, strict=True):
+                if isinstance(result, Exception):
+                    outcomes[i] = result
+            try:  # room for what the batch added, received and verified
+                await self._make_room(sum(r.sidecar.nbytes for *_, r in stored if r.created))
+            except NoRoom as exc:
+                for i, upload, _, result in stored:
+                    await self._forget_unindexed(upload.digest, upload.task_hash,
+                                                 result.created)
+                    outcomes[i] = exc
+                return
+            manifests: list[Manifest] = []
+            for _, upload, ref, result in stored:
+                manifest = manifest_for(result.sidecar, ref)
+                manifest.type = upload.type_name or result.sidecar.type
+                if upload.ttl is not None:
+                    manifest.expires = now + upload.ttl
+                manifests.append(manifest)
+                self.metrics.bytes_received.inc(result.sidecar.nbytes)
+            for (i, *_), indexed in zip(stored, await self.index.add_many(manifests),
+                                        strict=True):
+                outcomes[i] = indexed
 
     async def report_untrusted(self, task_hash: str) -> None:
         """A client refused this entry for a missing or wrong signature: count it. The entry

@@ -59,6 +59,6 @@ class Leases:
         stored = await self.index.contains(task_hash)
         return LeaseState(lease.leased, stored, lease.ttl, lease.estimate)
 
-    async def drop(self, task_hash: str) -> None:
-        """The hash is stored now: its lease ends, whoever held it."""
-        await self.store.drop(task_hash)
+    async def drop(self, *task_hashes: str) -> None:
+        """The hashes are stored now: their leases end, whoever held them."""
+        await self.store.drop(*task_hashes)

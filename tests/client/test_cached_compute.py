@@ -21,6 +21,7 @@ import httpx
 import numpy as np
 import pytest
 
+import client_lib
 from client_lib import CacheClient, cached_compute, last_report
 from tests._compare import assert_same
 from tests._servers import free_port
@@ -170,6 +171,23 @@ def test_returns_exactly_what_dask_compute_returns(cache_server):
     nested = [x.sum()]
     assert cached_compute(nested, traverse=False, cache=cache_server.url,
                           scheduler="threads") == (nested,)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_batched_stores_are_durable_when_the_run_returns(cache_server, scheduler):
+    # Small results go through the store queue in batches (client_lib/store_queue.py);
+    # cached_compute returns only once the server holds every one of them.
+    ns = uuid.uuid4().hex
+    parts = [dask.delayed(lambda i: np.full(3, i), pure=True)(i) for i in range(40)]
+    total = dask.delayed(lambda xs: float(sum(x.sum() for x in xs)), pure=True)(parts)
+    (value,) = cached_compute(total, cache=cache_server.url, namespace=ns, policy="all",
+                              scheduler=scheduler)
+    report = last_report()
+    assert value == 3.0 * sum(range(40)) and report.stored == 41 == report.computed
+    hashes = set(client_lib.task_hashes(total, namespace=ns).values())
+    assert CacheClient(cache_server.url).lookup(hashes) == hashes
+    (again,) = cached_compute(total, cache=cache_server.url, namespace=ns, scheduler=scheduler)
+    assert again == value and last_report().loaded == 1
 
 
 @pytest.mark.parametrize("enabled", [True, False])

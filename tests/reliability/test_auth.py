@@ -33,6 +33,7 @@ ROUTES = {
     ("POST", "/v1/lookup"): "read",
     ("POST", "/v1/lookup/packed"): "read",
     ("PUT", "/v1/objects/{task_hash}"): "write",
+    ("POST", "/v1/objects/batch"): "write",
     ("GET", "/v1/objects/{task_hash}"): "read",
     ("HEAD", "/v1/objects/{task_hash}"): "read",
     ("GET", "/v1/entries"): "read",

@@ -17,8 +17,12 @@ from tests.stress import bitflip, disk_full, kill_restart, redis_loss, same_hash
 pytestmark = pytest.mark.slow
 
 
-def test_kill_during_concurrent_stores_loses_nothing_and_gc_cleans(tmp_path: Path) -> None:
-    report = kill_restart.run(tmp_path / "data", rounds=2, stores=16, workers=8, seed=1)
+@pytest.mark.parametrize("batch", [0, 8], ids=["put", "batched"])
+def test_kill_during_concurrent_stores_loses_nothing_and_gc_cleans(tmp_path: Path,
+                                                                   batch: int) -> None:
+    # batched: kill -9 during group commits (POST /v1/objects/batch), 8 objects each
+    report = kill_restart.run(tmp_path / "data", rounds=2, stores=16 * (1 + batch // 2),
+                              workers=8, seed=1, batch=batch)
     assert report["kills"] == 2 and report["acknowledged"] > 0
     assert report["lost"] == 0  # every acknowledged store survived the kill
     assert report["wrong_served"] == 0 and report["unexpected_status"] == 0

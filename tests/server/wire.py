@@ -79,3 +79,21 @@ def put(
             headers[key] = value
     content = pieces(encoded.body) if stream else encoded.body
     return client.put(f"/v1/objects/{task_hash}", content=content, headers=headers)
+
+
+def batch_body(items: list[tuple[str, Encoded]], *, label: str = "step",
+               compute_seconds: float = 1.5, overrides: Mapping[str, object] | None = None
+               ) -> bytes:
+    """A ``POST /v1/objects/batch`` body (docs/protocol.md, "Batched stores");
+    ``overrides`` changes every item's header fields."""
+    parts = []
+    for task_hash, encoded in items:
+        meta: dict[str, object] = {"hash": task_hash, "kind": encoded.kind,
+                                   "digest": encoded.digest, "nbytes": len(encoded.body),
+                                   "compute_seconds": compute_seconds, "label": label}
+        if encoded.kind == "ndarray":
+            meta["dtype"], meta["shape"] = encoded.dtype, encoded.shape
+        meta.update(overrides or {})
+        header = json.dumps(meta).encode()
+        parts += [len(header).to_bytes(4, "big"), header, encoded.body]
+    return b"".join(parts)

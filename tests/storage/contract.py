@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from storage import (
+    BatchItem,
     BodySizeMismatch,
     CorruptObject,
     DigestMismatch,
@@ -29,6 +30,7 @@ from storage import (
     ObjectHeader,
     ObjectNotFound,
     ObjectStore,
+    PutResult,
     TaskReference,
     content_digest,
 )
@@ -204,6 +206,25 @@ class StoreContract:
             assert sidecar.created == task(1).created
             assert store.exists(encoded.digest)
             assert store.sidecar(encoded.digest) == sidecar
+
+    def test_put_batch(self, store: ObjectStore) -> None:
+        samples = self.samples(store)
+        bad = samples[0]
+        wrong = content_digest(bad.header, bad.body + b"!")
+        self.put(store, samples[-1], n=9)  # exists already: gets the batch's task too
+        items = [BatchItem(e.header, e.body, e.digest, task(i + 1), "builtins.object")
+                 for i, e in enumerate(samples)]
+        items.insert(1, BatchItem(bad.header, bad.body, wrong, task(7)))
+        results = store.put_batch(items)
+        assert len(results) == len(items)
+        assert isinstance(results[1], DigestMismatch) and not store.exists(wrong)
+        good = [r for i, r in enumerate(results) if i != 1]
+        for i, (encoded, result) in enumerate(zip(samples, good, strict=True)):
+            assert isinstance(result, PutResult)
+            assert result.created == (encoded is not samples[-1])
+            assert bytes(store.get(encoded.digest).body) == encoded.body
+            assert task(i + 1).task_hash in store.sidecar(encoded.digest).tasks
+        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
 
     def test_array_view_of_stored_array(self, store: ObjectStore) -> None:
         value = np.arange(12, dtype="<i4").reshape(3, 4)

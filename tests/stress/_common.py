@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import xxhash
 
-from tests.server.wire import Encoded, encode_array, encode_pickle, new_hash, put
+from tests.server.wire import Encoded, batch_body, encode_array, encode_pickle, new_hash, put
 
 __all__ = [
     "ROOT",
@@ -73,6 +73,21 @@ def store(client: httpx.Client, value: Value, compute_seconds: float = 1.0) -> i
     except httpx.HTTPError:
         return 0
     return response.status_code
+
+
+def store_batch(client: httpx.Client, values: list[Value], compute_seconds: float = 1.0
+                ) -> list[int]:
+    """POST small values as one batch; their statuses (all 0 if the connection failed)."""
+    body = batch_body([(v.task_hash, v.encoded) for v in values],
+                      compute_seconds=compute_seconds)
+    try:
+        response = client.post("/v1/objects/batch", content=body,
+                               headers={"Content-Type": "application/x-result-batch"})
+    except httpx.HTTPError:
+        return [0] * len(values)
+    if response.status_code != 200:
+        return [response.status_code] * len(values)
+    return [r["status"] for r in response.json()["results"]]
 
 
 def entry_hashes(client: httpx.Client) -> list[str]:

@@ -33,6 +33,7 @@ from tests.stress._common import (
     print_report,
     run_cli,
     store,
+    store_batch,
     verify,
 )
 
@@ -48,22 +49,23 @@ def leftovers(data_dir: Path) -> dict[str, int]:
 
 
 def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random,
-           acked: dict[str, Value], counts: dict[str, int]) -> None:
+           acked: dict[str, Value], counts: dict[str, int], batch: int) -> None:
     server = start_server(data_dir)
     stop = threading.Event()
     first_ack = threading.Event()
     lock = threading.Lock()
 
-    def writer(value: Value) -> None:
+    def writer(group: list[Value]) -> None:
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            status = store(client, value)
+            statuses = (store_batch(client, group) if batch else [store(client, group[0])])
         with lock:
-            counts["stores_attempted"] += 1
-            if status in (200, 201):
-                acked[value.task_hash] = value
-                first_ack.set()
-            elif status != 0:
-                counts["unexpected_status"] += 1
+            for value, status in zip(group, statuses, strict=True):
+                counts["stores_attempted"] += 1
+                if status in (200, 201):
+                    acked[value.task_hash] = value
+                    first_ack.set()
+                elif status != 0:
+                    counts["unexpected_status"] += 1
 
     def reader() -> None:
         with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -86,7 +88,8 @@ def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random
     for thread in readers:
         thread.start()
     with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(writer, value) for value in values]
+        size = batch or 1
+        futures = [pool.submit(writer, values[i:i + size]) for i in range(0, len(values), size)]
         # Kill while stores are in flight, but only once one was acknowledged: on a loaded
         # machine a fixed delay can end before the server has answered anything.
         first_ack.wait(timeout=120)
@@ -102,15 +105,17 @@ def _round(data_dir: Path, values: list[Value], workers: int, rng: random.Random
     server.stop()
 
 
-def run(data_dir: Path, *, rounds: int, stores: int, workers: int, seed: int = 0
-        ) -> dict[str, Any]:
-    """Run the campaign on ``data_dir``; returns the figures (see the module docstring)."""
+def run(data_dir: Path, *, rounds: int, stores: int, workers: int, seed: int = 0,
+        batch: int = 0) -> dict[str, Any]:
+    """Run the campaign on ``data_dir``; returns the figures (see the module docstring).
+    ``batch``: store small values only, that many per ``POST /v1/objects/batch``."""
     rng = random.Random(seed)
     acked: dict[str, Value] = {}
     counts = dict.fromkeys(("stores_attempted", "kills", "reads", "wrong_served",
                             "unexpected_status"), 0)
     for n in range(rounds):
-        _round(data_dir, make_values(stores, seed * 1000 + n), workers, rng, acked, counts)
+        values = make_values(stores, seed * 1000 + n, zarr_every=0 if batch else 4)
+        _round(data_dir, values, workers, rng, acked, counts, batch)
     before_gc = leftovers(data_dir)
     with start_server(data_dir) as server, httpx.Client(base_url=server.url, timeout=60) as c:
         indexed = entry_hashes(c)
@@ -143,11 +148,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--stores", type=int, default=100, help="concurrent stores per round")
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=0,
+                        help="small values only, this many per batch request (0: PUT each)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
         started = time.monotonic()
         report = run(Path(workdir) / "data", rounds=args.rounds, stores=args.stores,
-                     workers=args.workers, seed=args.seed)
+                     workers=args.workers, seed=args.seed, batch=args.batch)
         report["seconds"] = round(time.monotonic() - started, 1)
     print_report("kill_restart", report)
 

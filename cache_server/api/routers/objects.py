@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from anyio import fail_after
@@ -13,12 +14,13 @@ from starlette.types import Send
 
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, SettingsDep, TaskHash
-from cache_server.api.errors import InvalidRequest
+from cache_server.api.errors import InvalidRequest, status_of
 from cache_server.api.responses import errors
 from cache_server.models import Manifest
 from cache_server.service.body import PIECE_BYTES
+from cache_server.service.errors import BodyTooLarge
 from cache_server.service.upload import Upload
-from storage import ObjectHeader
+from storage import ObjectHeader, is_digest
 
 __all__ = ["router"]
 
@@ -153,3 +155,101 @@ async def head_object(task_hash: TaskHash, cache: CacheDep) -> Response:
     """The headers of ``GET`` without the body; checks the object exists, does not count a hit."""
     manifest = await cache.head(task_hash)
     return Response(media_type=_OCTETS, headers=_object_headers(manifest))
+
+
+# -- batches of small objects (docs/protocol.md, "Batched stores") ---------------------------
+
+_BATCH = "application/x-result-batch"
+#: Bounds of one batch: items, bytes in all, bytes per body (small objects only: larger ones
+#: stream through PUT), bytes per item header.
+MAX_BATCH_ITEMS = 1000
+MAX_BATCH_BYTES = 64 * 2**20
+MAX_BATCH_OBJECT_BYTES = 2**20 - 1
+MAX_BATCH_HEADER_BYTES = 16 * 2**10
+
+
+def _batch_upload(meta: Any, nbytes: int) -> Upload:
+    """One item's header (a JSON object) as a validated :class:`Upload`."""
+    if not isinstance(meta, dict):
+        raise InvalidRequest("a batch item's header must be a JSON object")
+    try:
+        task_hash, kind, digest = str(meta["hash"]), str(meta["kind"]), str(meta["digest"])
+        seconds, label = float(meta["compute_seconds"]), str(meta["label"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"batch item header: missing or bad field {exc}") from None
+    if not is_digest(task_hash):
+        raise InvalidRequest(f"malformed task hash {task_hash[:64]!r}: need 32 lowercase hex")
+    optional = {k: meta.get(k) for k in ("dtype", "shape", "type", "signature", "ttl")}
+    if any(v is not None and not isinstance(v, str | int | float) for v in optional.values()):
+        raise InvalidRequest("batch item header: optional fields must be strings or numbers")
+    ttl = optional["ttl"]
+    return Upload(
+        task_hash=task_hash,
+        header=ObjectHeader.from_wire(kind, optional["dtype"], optional["shape"]),
+        digest=digest,
+        compute_seconds=seconds,
+        label=label,
+        type_name=str(optional["type"]) if optional["type"] else None,
+        content_length=nbytes,
+        signature=str(optional["signature"]) if optional["signature"] is not None else None,
+        ttl=float(ttl) if ttl is not None else None,
+    )
+
+
+def parse_batch(body: bytes) -> list[tuple[Upload, bytes]]:
+    """Cut a batch body into uploads (docs/protocol.md, "Batched stores"); every bound is
+    checked before the bytes it covers are used. Raises :class:`InvalidRequest`."""
+    items: list[tuple[Upload, bytes]] = []
+    view = memoryview(body)
+    pos = 0
+    while pos < len(view):
+        if len(items) == MAX_BATCH_ITEMS:
+            raise InvalidRequest(f"more than {MAX_BATCH_ITEMS} objects in one batch")
+        if pos + 4 > len(view):
+            raise InvalidRequest("batch body ends inside an item's header length")
+        size = int.from_bytes(view[pos:pos + 4], "big")
+        if size > MAX_BATCH_HEADER_BYTES:
+            raise InvalidRequest(f"batch item header longer than {MAX_BATCH_HEADER_BYTES} bytes")
+        start = pos + 4 + size
+        if start > len(view):
+            raise InvalidRequest("batch body ends inside an item's header")
+        try:
+            meta = json.loads(bytes(view[pos + 4:start]))
+            nbytes = int(meta["nbytes"]) if isinstance(meta, dict) else -1
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidRequest(f"unreadable batch item header: {exc}") from None
+        if not 0 <= nbytes <= MAX_BATCH_OBJECT_BYTES:
+            raise InvalidRequest(f"a batched object must have 0 to {MAX_BATCH_OBJECT_BYTES} "
+                                 "bytes (PUT larger ones)")
+        if start + nbytes > len(view):
+            raise InvalidRequest("batch body ends inside an object")
+        items.append((_batch_upload(meta, nbytes), bytes(view[start:start + nbytes])))
+        pos = start + nbytes
+    return items
+
+
+@router.post(
+    "/v1/objects/batch",
+    dependencies=[WriteAccess],
+    openapi_extra={"requestBody": {"required": True, "content": {_BATCH: {"schema": {
+        "type": "string", "format": "binary",
+        "description": "items back to back: 4-byte big-endian header length, JSON header, "
+                       "body (docs/protocol.md, Batched stores)"}}}}},
+    responses=errors(400, 403, 413, 422),
+)
+async def store_batch(request: Request, cache: CacheDep) -> JSONResponse:
+    """Store many small objects with one group commit; answered once every stored object
+    is durable and indexed. One result per item, in order: ``status`` 201 (stored), 200
+    (indexed already) or the status a ``PUT`` of that item alone would have got."""
+    length = _parse_content_length(request.headers.get("content-length"))
+    if length is not None and length > MAX_BATCH_BYTES:
+        raise BodyTooLarge(MAX_BATCH_BYTES)
+    uploads, outcomes = await cache.store_batch(request.stream(), MAX_BATCH_BYTES, parse_batch)
+    results = []
+    for (upload, _), outcome in zip(uploads, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            results.append({"hash": upload.task_hash, "status": status_of(outcome),
+                            "detail": str(outcome)[:500]})
+        else:
+            results.append({"hash": upload.task_hash, "status": 201 if outcome[1] else 200})
+    return JSONResponse({"results": results})

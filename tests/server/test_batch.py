@@ -1,0 +1,113 @@
+"""``POST /v1/objects/batch``: many small objects in one request, one group commit
+(docs/protocol.md, "Batched stores"), in process and against the session's server; the
+kill -9 campaign over batches is in tests/reliability/test_faults.py, the write scope in
+tests/reliability/test_auth.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.server.wire import Encoded, batch_body, encode_array, encode_pickle, new_hash
+
+MakeApp = Callable[..., Any]  # the make_app fixture
+
+
+async def post(client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+    return await client.post("/v1/objects/batch", content=body,
+                             headers={"Content-Type": "application/x-result-batch"})
+
+
+@pytest.mark.anyio
+async def test_a_batch_is_stored_and_each_item_answered(make_app: MakeApp) -> None:
+    client = await make_app()
+    values = [encode_array(np.arange(i + 1, dtype="<f8")) for i in range(5)]
+    values.append(encode_pickle({"a": 1}))
+    hashes = [new_hash() for _ in values]
+    wrong = Encoded("pickle", b"not what the digest says")
+    wrong.digest = values[0].digest
+    repeated = hashes[1]
+    items = [*zip(hashes, values, strict=True), (new_hash(), wrong), (repeated, values[1])]
+    answer = await post(client, batch_body(items))
+    assert answer.status_code == 200, answer.text
+    statuses = [r["status"] for r in answer.json()["results"]]
+    assert statuses == [201] * 6 + [400, 200]
+    assert [r["hash"] for r in answer.json()["results"]] == [h for h, _ in items]
+    for task_hash, encoded in zip(hashes, values, strict=True):
+        got = await client.get(f"/v1/objects/{task_hash}")
+        assert got.status_code == 200 and got.content == encoded.body
+    assert (await client.get(f"/v1/objects/{items[6][0]}")).status_code == 404
+    again = await post(client, batch_body(items[:2]))
+    assert [r["status"] for r in again.json()["results"]] == [200, 200]
+    stats = (await client.get("/v1/stats")).json()
+    assert stats["stores"] == 6 and stats["entries"] == 6
+
+
+@pytest.mark.anyio
+async def test_equal_values_share_one_object(make_app: MakeApp) -> None:
+    client = await make_app()
+    value = encode_pickle("same")
+    first, second = new_hash(), new_hash()
+    answer = await post(client, batch_body([(first, value), (second, value)]))
+    assert [r["status"] for r in answer.json()["results"]] == [201, 201]
+    stats = (await client.get("/v1/stats")).json()
+    assert stats["stored_bytes"] == len(value.body) and stats["bytes"] == 2 * len(value.body)
+    third = new_hash()  # the object exists already: only its sidecar gains the task
+    answer = await post(client, batch_body([(third, value)]))
+    assert answer.json()["results"][0]["status"] == 201
+    assert (await client.get(f"/v1/objects/{third}")).content == value.body
+
+
+@pytest.mark.anyio
+async def test_a_batch_ends_the_leases_of_what_it_stored(make_app: MakeApp) -> None:
+    client = await make_app()
+    task_hash = new_hash()
+    leased = await client.post("/v1/leases", json={"holder": "run-a", "ttl": 60,
+                                                   "hashes": [task_hash]})
+    assert leased.json()["granted"] == [task_hash]
+    await post(client, batch_body([(task_hash, encode_pickle(1))]))
+    state = (await client.get(f"/v1/leases/{task_hash}")).json()
+    assert state["leased"] is False and state["stored"] is True
+
+
+def sync_post(client: httpx.Client, body: bytes) -> httpx.Response:
+    return client.post("/v1/objects/batch", content=body,
+                       headers={"Content-Type": "application/x-result-batch"})
+
+
+def entries(client: httpx.Client) -> int:
+    return client.get("/v1/stats").json()["entries"]
+
+
+# Refusals against the real server (the session's uvicorn process).
+@pytest.mark.parametrize(("mangle", "message"), [
+    (lambda body: body[:-1], "ends inside an object"),
+    (lambda body: body[:2], "ends inside an item's header length"),
+    (lambda body: (10**6).to_bytes(4, "big") + body[4:], "header longer than"),
+    (lambda body: (5).to_bytes(4, "big") + b"{oops" + body[9:], "unreadable batch item"),
+])
+def test_malformed_batches_store_nothing(client: httpx.Client, mangle, message) -> None:
+    before = entries(client)
+    body = batch_body([(new_hash(), encode_pickle(1)), (new_hash(), encode_pickle(2))])
+    answer = sync_post(client, mangle(body))
+    assert answer.status_code == 422 and message in answer.json()["detail"]
+    assert entries(client) == before
+
+
+def test_batch_bounds(client: httpx.Client) -> None:
+    before = entries(client)
+    big = Encoded("pickle", b"x" * 2**20)
+    answer = sync_post(client, batch_body([(new_hash(), big)]))
+    assert answer.status_code == 422 and "PUT larger ones" in answer.json()["detail"]
+    many = [(new_hash(), encode_pickle(i)) for i in range(1001)]
+    answer = sync_post(client, batch_body(many))
+    assert answer.status_code == 422 and "more than 1000" in answer.json()["detail"]
+    bad_hash = batch_body([("X" * 32, encode_pickle(1))])
+    assert sync_post(client, bad_hash).status_code == 422
+    huge = sync_post(client, b"\0" * (64 * 2**20 + 1))
+    assert huge.status_code == 413
+    assert entries(client) == before
