@@ -224,7 +224,7 @@ class StoreContract:
             assert result.created == (encoded is not samples[-1])
             assert bytes(store.get(encoded.digest).body) == encoded.body
             assert task(i + 1).task_hash in store.sidecar(encoded.digest).tasks
-        assert temporary_leftovers(store.root) == []  # type: ignore[attr-defined]
+        assert self.files(store).leftovers() == []
 
     def test_array_view_of_stored_array(self, store: ObjectStore) -> None:
         value = np.arange(12, dtype="<i4").reshape(3, 4)
