@@ -16,6 +16,7 @@ compute it; the Merkle chain underneath (and the namespace in it) stays as above
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from dask._task_spec import (
     TaskRef,
     Tuple,
 )
+from dask.core import flatten
 from dask.utils import funcname
 
 from ..errors import VolatileValue
@@ -99,13 +101,17 @@ class GraphHasher:
         self.kinds = TaskKinds()
         self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
-        self.enc = Encoder(handlers.extended({
+        in_graph = {
             TaskRef: self._ref,
             Alias: self._alias,
             NestedContainer: self._nested,
             Task: self._inlined_task,
             DataNode: self._data,
-        }), Fingerprinter)
+        }
+        array_module = sys.modules.get("dask.array.core")  # no arrays unless imported
+        if array_module is not None:
+            in_graph[array_module.Array] = self._collection
+        self.enc = Encoder(handlers.extended(in_graph), Fingerprinter)
 
     def run(self, order: list[Key]) -> GraphHashes:
         result = self.result
@@ -228,6 +234,21 @@ class GraphHasher:
         with enc.sub_digest(self.prefix) as sub:
             self._task_body(obj)
         enc.write_raw(b"R" + sub.value)
+
+    def _collection(self, enc: Encoder, obj: Any) -> None:
+        """A dask array held as a value (xarray's finalisation task holds its dataset, dask
+        arrays inside, as a template): when its chunks are tasks of this graph, by their
+        hashes and its layout, never by its name (a dask token, which differs between
+        environments); otherwise as any value."""
+        keys = list(flatten(obj.__dask_keys__()))
+        if not keys or not all(k in self.digests or k in self.graph for k in keys):
+            enc.write_generic(obj)
+            return
+        enc.write_raw(b"K")
+        enc.write_names((str(obj.dtype), repr(obj.chunks)))
+        enc.write_raw(b"%d:" % len(keys))
+        for key in keys:
+            enc.write_raw(b"R" + self._dep_digest(key))
 
     def _data(self, enc: Encoder, obj: DataNode) -> None:
         enc.encode(obj.value)
