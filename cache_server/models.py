@@ -234,9 +234,12 @@ class RunSummary(BaseModel):
     stored: Annotated[int, Field(ge=0)] | None = None
     volatile: Annotated[int, Field(ge=0)] = 0
     untrusted: Annotated[int, Field(ge=0)] = 0
-    saved_seconds: Annotated[float, Field(ge=0, lt=1e12)] = 0.0
     fallback: _Text | None = None
     task_list: list[RunTask] = Field(default_factory=list, max_length=MAX_RUN_TASKS)
+    stored_tasks: list[Annotated[int, Field(ge=0, lt=MAX_RUN_TASKS)]] = Field(
+        default_factory=list, max_length=MAX_RUN_TASKS,
+        description="positions in the recorded task list of the tasks now stored (a post "
+                    "that does not resend the list)")
     by_label: dict[_Text, dict[TaskState, Annotated[int, Field(ge=0)]]] = Field(
         default_factory=dict, max_length=MAX_RUN_TASKS,
         description="task counts by label and state (a run too large for a task list)")

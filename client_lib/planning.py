@@ -23,9 +23,8 @@ from dask.base import unpack_collections
 
 from .errors import ResultCacheError
 from .policy import resolve_policy
-from .report import CacheReport
 from .rewrite import cacheable_keys, rewrite
-from .runs import run_summary, task_states
+from .runs import task_list, task_states
 from .tasks import StoreRun
 
 __all__ = ["Plan", "plan", "task_graph_svg", "visualize"]
@@ -95,9 +94,7 @@ def plan(*args: Any, cache: Any = None, policy: Any = None, namespace: str | Non
     rewritten = rewrite(m, order, hashes, cacheable, hits, run)
     states = task_states(m.graph, order, hashes, hits, rewritten.loaded_keys,
                          rewritten.computed_keys, frozenset())
-    report = CacheReport(namespace=namespace, tasks=len(states))
-    result.tasks = run_summary(report, "0" * 32, 0.0, "running", states=states, graph=m.graph,
-                               labels=hashes.labels).get("task_list", [])
+    result.tasks = task_list(states, m.graph, hashes.labels)
     result.store_candidates = rewritten.wrapped
     saved_hashes = {hashes.hashes[k] for k, (state, _) in states.items()
                     if state in ("loaded", "culled") and hashes.hashes.get(k) in hits}

@@ -10,14 +10,16 @@ turns it off.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import getpass
 import logging
+import queue
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Hashable, Mapping, Set
+from collections.abc import Callable, Collection, Hashable, Mapping, Set
 from typing import Any
 
 import dask.config
@@ -29,14 +31,16 @@ from .hashing import GraphHashes
 from .report import CacheReport
 from .transport import CacheClient
 
-__all__ = ["MAX_RUN_TASKS", "Progress", "RunReporter", "post_run", "reporting", "run_summary",
-           "task_states"]
+__all__ = ["MAX_RUN_TASKS", "Progress", "RunReporter", "flush_posts", "post_run", "reporting",
+           "run_summary", "task_list", "task_states"]
 
 logger = logging.getLogger("client_lib")
 Key = Hashable
 #: The server's bound on a run's task list; larger runs send counts by label.
 MAX_RUN_TASKS = 5000
 _MAX_DEPS = 64
+_EXIT_SECONDS = 2.0
+_PLAN_AFTER = 0.5  # seconds a run goes on before its plan is posted
 
 
 def reporting() -> bool:
@@ -97,24 +101,65 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
         body["by_label"] = {label: dict(c) for label, c in
                             list(by_label.items())[:MAX_RUN_TASKS]}
         return body
+    body["task_list"] = task_list(states, graph or {}, labels)
+    return body
+
+
+def task_list(states: dict[Key, tuple[str, str | None]], graph: Mapping[Key, GraphNode],
+              labels: Mapping[Key, str]) -> list[dict[str, Any]]:
+    """``states`` as the list of a run summary: key, label, state, reason and the positions
+    of the task's dependencies."""
     position = {key: i for i, key in enumerate(states)}
     tasks = []
     for key, (state, reason) in states.items():
-        node = graph.get(key) if graph is not None else None
+        node = graph.get(key)
         deps = [position[d] for d in (node.dependencies if node is not None else ())
                 if d in position][:_MAX_DEPS]
         tasks.append({"key": str(key)[:1024], "label": (labels.get(key) or _name(key))[:1024],
                       "state": state, "reason": reason and reason[:1024], "deps": deps})
-    body["task_list"] = tasks
-    return body
+    return tasks
 
 
-def post_run(cache: CacheClient, body: dict[str, Any]) -> None:
-    """Send a run summary; never raises (the summary is lost, the run goes on)."""
-    try:
-        cache.post_run(body)
-    except ResultCacheError as exc:
-        logger.info("result cache: run summary not recorded (%s)", exc)
+def post_run(cache: CacheClient,
+             body: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+    """Send a run summary (or what ``body()`` makes of it, on the way) from this process's
+    poster thread, in order: the run never waits on the server for it; what is still
+    queued when Python exits gets up to ``_EXIT_SECONDS`` to go. Never raises (a summary
+    that fails is lost, the run goes on)."""
+    global _poster
+    with _poster_lock:
+        if _poster is None or not _poster.is_alive():
+            _poster = threading.Thread(target=_post_queued, daemon=True,
+                                       name="result-cache-runs")
+            _poster.start()
+    _queue.put((cache, body))
+
+
+def flush_posts(timeout: float = _EXIT_SECONDS) -> bool:
+    """Wait until the queued summaries are sent (or ``timeout``); True if none is left."""
+    deadline = time.monotonic() + timeout
+    while _queue.unfinished_tasks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not _queue.unfinished_tasks
+
+
+def _post_queued() -> None:
+    while True:
+        cache, body = _queue.get()
+        try:
+            cache.post_run(body() if callable(body) else body)
+        except ResultCacheError as exc:
+            logger.info("result cache: run summary not recorded (%s)", exc)
+        except Exception as exc:  # the poster must outlive anything a body could cause
+            logger.info("result cache: run summary not sent (%s: %s)", type(exc).__name__, exc)
+        finally:
+            _queue.task_done()
+
+
+_queue: queue.Queue[tuple[CacheClient, Any]] = queue.Queue()
+_poster: threading.Thread | None = None
+_poster_lock = threading.Lock()
+atexit.register(flush_posts)
 
 
 class Progress(Callback):
@@ -174,21 +219,61 @@ class RunReporter:
         self.local = local
         self.started = time.time()
         self.scheduled = 0
+        self._listed: list[Key] = []  # the keys of the task list sent, in its order
+        self._lock = threading.Lock()
+        self._plan_queued = self._finished = False
+        self._timer: threading.Timer | None = None
 
     def plan(self, report: CacheReport, scheduled: int) -> Any:
+        """A run still going after ``_PLAN_AFTER`` seconds posts its plan (built by the
+        poster thread): quick runs post once, at the end, and pay nothing while they run."""
         self.scheduled = scheduled
-        body = self._summary(report, "running", frozenset())
-        post_run(self.cache, body)
-        return Progress(self.cache, body) if self.local else contextlib.nullcontext()
+
+        def post_plan() -> None:
+            with self._lock:
+                if self._finished:
+                    return
+                self._plan_queued = True
+            post_run(self.cache, lambda: self._summary(report, "running", frozenset()))
+
+        self._timer = threading.Timer(_PLAN_AFTER, post_plan)
+        self._timer.daemon = True
+        self._timer.start()
+        counts = run_summary(report, self.run_id, self.started, "running",
+                             scheduled=scheduled)
+        return Progress(self.cache, counts) if self.local else contextlib.nullcontext()
 
     def finish(self, report: CacheReport, stored: Set[str], status: str = "done") -> None:
-        body = self._summary(report, status, stored)
-        body["done"] = self.scheduled if status == "done" else 0
+        """The final counts; the task list the plan sent changes only where tasks were
+        stored (their positions), so it is not built and sent twice."""
+        done = self.scheduled if status == "done" else 0
+        hashes = self.hashes.hashes
+        with self._lock:
+            self._finished = True
+            planned = self._plan_queued
+        if self._timer is not None:
+            self._timer.cancel()
+        if not planned:  # one post with everything
+            post_run(self.cache, lambda: {**self._summary(report, status, stored),
+                                          "done": done})
+            return
+
+        def body() -> dict[str, Any]:  # runs after the plan's, in the poster thread
+            summary = run_summary(report, self.run_id, self.started, status,
+                                  scheduled=self.scheduled, done=done)
+            summary["stored_tasks"] = [i for i, key in enumerate(self._listed)
+                                       if hashes.get(key) in stored]
+            return summary
+
         post_run(self.cache, body)
 
     def _summary(self, report: CacheReport, status: str, stored: Set[str]) -> dict[str, Any]:
+        if len(self.order) > MAX_RUN_TASKS:  # a large run: its counts (no per-task pass)
+            return run_summary(report, self.run_id, self.started, status,
+                               scheduled=self.scheduled)
         states = task_states(self.graph, self.order, self.hashes, self.hits,
                              report.loaded_keys, report.computed_keys, stored)
+        self._listed = list(states)
         return run_summary(report, self.run_id, self.started, status, states=states,
                            graph=self.graph, scheduled=self.scheduled,
                            labels=self.hashes.labels)

@@ -1,20 +1,29 @@
 """Run summaries in Redis (docs/protocol.md, "Runs").
 
-``<prefix>run:<id>`` holds a run's summary JSON (task list included) and ``<prefix>runs`` is
-a sorted set of run ids by start time. Only the ``keep`` most recent runs are kept: adding a
-run trims the oldest, in the same transaction, so the keys stay bounded whatever clients send.
+``<prefix>run:<id>`` holds a run's counts (small: the runs list reads many),
+``<prefix>run:<id>:tasks`` its task list or counts by label (read for one run's page), and
+``<prefix>runs`` is a sorted set of run ids by start time. Only the ``keep`` most recent
+runs are kept: adding a run trims the oldest, so the keys stay bounded whatever clients send.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel, Field
 from redis.asyncio import Redis
 
 from cache_server.index.transactions import watched
-from cache_server.models import RunSummary
+from cache_server.models import RunSummary, RunTask, TaskState
 
 __all__ = ["RunStore"]
+
+_LISTS = {"task_list", "by_label", "stored_tasks"}
+
+
+class _Tasks(BaseModel):
+    task_list: list[RunTask] = Field(default_factory=list)
+    by_label: dict[str, dict[TaskState, int]] = Field(default_factory=dict)
 
 
 class RunStore:
@@ -28,27 +37,33 @@ class RunStore:
         return f"{self.prefix}run:{run_id}"
 
     async def put(self, run: RunSummary) -> RunSummary:
-        """Record ``run``; a summary without a task list keeps the one already recorded.
-        Returns what is recorded now."""
-        key = self._key(run.run_id)
+        """Record ``run``. A summary without a task list keeps the recorded one, with the
+        tasks at ``stored_tasks`` set to stored. Returns the counts recorded (no lists)."""
+        key, tasks_key = self._key(run.run_id), self._key(run.run_id) + ":tasks"
+        counts = run.model_copy(update={"task_list": [], "by_label": {}, "stored_tasks": []})
 
-        async def attempt(pipe: Any) -> RunSummary:
-            await pipe.watch(key)
-            text = await pipe.get(key)
-            merged = run
-            if text is not None and not run.task_list and not run.by_label:
-                old = RunSummary.model_validate_json(text)
-                merged = run.model_copy(update={"task_list": old.task_list,
-                                                "by_label": old.by_label})
+        async def attempt(pipe: Any) -> None:
+            await pipe.watch(tasks_key)
+            tasks = None
+            if run.task_list or run.by_label:
+                tasks = _Tasks(task_list=run.task_list, by_label=run.by_label)
+            elif run.stored_tasks:
+                text = await pipe.get(tasks_key)
+                if text is not None:
+                    tasks = _Tasks.model_validate_json(text)
+                    for i in run.stored_tasks:
+                        if i < len(tasks.task_list):
+                            tasks.task_list[i].state = "stored"
             pipe.multi()
-            pipe.set(key, merged.model_dump_json())
+            pipe.set(key, counts.model_dump_json(exclude=_LISTS))
+            if tasks is not None:
+                pipe.set(tasks_key, tasks.model_dump_json())
             pipe.zadd(self._runs, {run.run_id: run.started})
             await pipe.execute()
-            return merged
 
-        recorded = await watched(self.redis, attempt)
+        await watched(self.redis, attempt)
         await self._trim()
-        return recorded
+        return counts
 
     async def _trim(self) -> None:
         extra = await self.redis.zcard(self._runs) - self.keep
@@ -58,12 +73,24 @@ class RunStore:
         if old:
             async with self.redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(self._runs, *old)
-                pipe.delete(*(self._key(r) for r in old))
+                pipe.delete(*(self._key(r) for r in old),
+                            *(self._key(r) + ":tasks" for r in old))
                 await pipe.execute()
 
-    async def get(self, run_id: str) -> RunSummary | None:
+    async def status(self, run_id: str) -> str | None:
+        """The recorded status of a run (reads only its counts), or None."""
         text = await self.redis.get(self._key(run_id))
-        return None if text is None else RunSummary.model_validate_json(text)
+        return None if text is None else RunSummary.model_validate_json(text).status
+
+    async def get(self, run_id: str) -> RunSummary | None:
+        text, tasks = await self.redis.mget([self._key(run_id), self._key(run_id) + ":tasks"])
+        if text is None:
+            return None
+        run = RunSummary.model_validate_json(text)
+        if tasks is not None:
+            lists = _Tasks.model_validate_json(tasks)
+            run.task_list, run.by_label = lists.task_list, lists.by_label
+        return run
 
     async def recent(self, limit: int) -> list[RunSummary]:
         """The ``limit`` most recent runs (by start), newest first, without task lists."""
@@ -71,5 +98,4 @@ class RunStore:
         if not ids:
             return []
         texts = await self.redis.mget([self._key(r) for r in ids])
-        runs = [RunSummary.model_validate_json(t) for t in texts if t is not None]
-        return [r.model_copy(update={"task_list": [], "by_label": {}}) for r in runs]
+        return [RunSummary.model_validate_json(t) for t in texts if t is not None]

@@ -188,9 +188,9 @@ class ResultCache:
     async def record_run(self, run: RunSummary) -> RunSummary:
         """Record a run's summary (docs/protocol.md, "Runs"); a ``run`` event marks its
         start and its end, not every progress report."""
-        before = await self.runs.get(run.run_id)
+        before = await self.runs.status(run.run_id)
         recorded = await self.runs.put(run)
-        if before is None or before.status != run.status:
+        if before != run.status:
             await self.index.record_run_event(run.run_id, run.status, run.stored)
         return recorded
 

@@ -73,8 +73,36 @@ def test_cached_compute_reports_its_runs(cache_server):
     assert states[noisy.key] == "volatile" and states[c.key] == "volatile"
     assert last["done"] == last["scheduled"] > 0
     events = httpx.get(f"{cache_server.url}/v1/events", params={"limit": 1000}).json()
-    assert {"running", "done"} <= {e["status"] for e in events["events"]
-                                   if e.get("run") == mine[0]["run_id"]}
+    # A quick run posts once, at its end (nothing while it runs).
+    assert [e["status"] for e in events["events"] if e.get("run") == mine[0]["run_id"]] == [
+        "done"]
+
+
+def _seen_while_running(url: str, ns: str, _: int) -> dict:
+    """Run inside the graph: this run as the server shows it meanwhile."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        runs = httpx.get(f"{url}/v1/runs", params={"limit": 1000}).json()["runs"]
+        mine = [r for r in runs if r["namespace"] == ns]
+        if mine and mine[0]["done"] >= 1:
+            run = httpx.get(f"{url}/v1/runs/{mine[0]['run_id']}").json()
+            return {"status": run["status"], "done": run["done"],
+                    "scheduled": run["scheduled"], "tasks": len(run["task_list"])}
+        time.sleep(0.05)
+    return {}
+
+
+def test_a_long_run_shows_its_plan_and_progress_while_it_runs(cache_server):
+    ns = uuid.uuid4().hex
+    slow = dask.delayed(lambda: time.sleep(1.5) or 1, pure=True)()
+    seen = dask.delayed(_seen_while_running, pure=False)(cache_server.url, ns, slow)
+    (during,) = cached_compute(seen, cache=cache_server.url, namespace=ns, policy="none",
+                               scheduler="threads")
+    assert during["status"] == "running" and during["tasks"] == 2
+    assert 1 <= during["done"] < during["scheduled"] == 2
+    runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
+    (after,) = [r for r in runs if r["namespace"] == ns]
+    assert (after["status"], after["done"]) == ("done", 2)
 
 
 def test_runs_are_not_reported_when_turned_off(cache_server):

@@ -38,7 +38,7 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=FilePath(__file__).parents[1] / "templates")
 
 #: Events the plot and the page's list start from; streams open at once; a stream's life.
-_PLOT_EVENTS = 5000
+_PLOT_EVENTS = 2000
 _PLOT_BUCKETS = 40
 _MAX_STREAMS = 32
 _STREAM_SECONDS = 300.0
