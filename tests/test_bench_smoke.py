@@ -21,7 +21,8 @@ def test_one_script_per_measure() -> None:
     assert SCRIPTS == [
         "array_throughput.py", "batch_lookup.py", "branch_reuse.py", "cold_overhead.py",
         "concurrent_lookups.py", "dashboard_costs.py", "direct_read.py", "profile_phases.py",
-        "seed_reduction.py", "vs_graphchain.py", "warm_run.py", "xarray_workflow.py",
+        "replicas.py", "s3_throughput.py", "seed_reduction.py", "vs_graphchain.py",
+        "warm_run.py", "xarray_workflow.py",
     ]
 
 
