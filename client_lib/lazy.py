@@ -127,6 +127,8 @@ def _from_loads(collection: Any, client: CacheClient, m: Materialized,
 def _from_output(collection: Any, client: CacheClient, task_hash: str, label: str,
                  place: Location) -> Any:
     """One chunk or partition over the cached finished result, loaded when computed."""
+    if _is_xarray(collection):
+        return _xarray_from_output(collection, client, task_hash, label)
     if _is_array(collection):
         import dask.array as da
         from dask import delayed
@@ -138,6 +140,52 @@ def _from_output(collection: Any, client: CacheClient, task_hash: str, label: st
 
     return dd.from_map(_load_one, [(client, task_hash, label)], meta=collection._meta,
                        enforce_metadata=False)
+
+
+def _is_xarray(collection: Any) -> bool:
+    import sys
+
+    xr = sys.modules.get("xarray")
+    return xr is not None and isinstance(collection, xr.Dataset | xr.DataArray)
+
+
+def _xarray_from_output(collection: Any, client: CacheClient, task_hash: str,
+                        label: str) -> Any:
+    """The Dataset or DataArray with each dask-backed variable (data and coordinates) a
+    one-block dask array over one shared load of the cached result: computing any part
+    loads it once (verified, as ``load_result`` does); coordinates held in memory, names,
+    dimensions and attributes are the collection's own, which hash the same as the
+    cached result's (docs/correctness.md, xarray)."""
+    import dask.array as da
+    from dask import delayed
+
+    loaded = delayed(load_result, pure=True)(client, task_hash, label,
+                                             dask_key_name=f"open-cached-{task_hash}")
+    own = getattr(collection, "name", None) if hasattr(collection, "variable") else None
+
+    def lazy(name: Any, variable: Any, own_data: bool = False) -> Any:
+        values = delayed(_xarray_values, pure=True)(loaded, name, own_data)
+        return variable.copy(data=da.from_delayed(values, shape=variable.shape,
+                                                  dtype=variable.dtype,
+                                                  meta=variable.data._meta))
+
+    coords = {name: lazy(name, coord.variable) for name, coord in collection.coords.items()
+              if is_dask_collection(coord.variable.data)}
+    if hasattr(collection, "variable"):  # a DataArray
+        reopened = collection.copy(data=lazy(own, collection.variable, True).data)
+    else:
+        reopened = collection.copy()
+        for name, array in collection.data_vars.items():
+            if is_dask_collection(array.variable.data):
+                reopened[name] = lazy(name, array.variable)
+    return reopened.assign_coords(coords) if coords else reopened
+
+
+def _xarray_values(result: Any, name: Any, own_data: bool) -> np.ndarray:
+    """One variable's values out of a loaded Dataset or DataArray."""
+    if own_data:
+        return np.asarray(result.variable.values)
+    return np.asarray((result.coords[name] if name in result.coords else result[name]).values)
 
 
 def _load_one(args: tuple[CacheClient, str, str]) -> Any:

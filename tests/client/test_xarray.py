@@ -1,5 +1,6 @@
 """xarray through ``cached_compute`` (issue 18): what ``ds.compute()`` returns, hits, file
-edits, and array chunks stored as Zarr arrays like dask arrays' chunks. The corpus
+edits, array chunks stored as Zarr arrays like dask arrays' chunks, and ``open_cached``
+reopening a computed Dataset or DataArray lazily. The corpus
 (``_corpus_xarray``) runs the same kinds of expressions cold and warm in fresh processes;
 the mutation suite edits files, functions and coordinates."""
 
@@ -8,12 +9,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from dask.base import is_dask_collection
 
-from client_lib import cached_compute, last_report, task_hashes
+from client_lib import NotCached, cached_compute, last_report, open_cached, task_hashes
 from tests.client._corpus_xarray import NETCDF_ENGINE, dataset
 
 
@@ -98,3 +101,27 @@ def test_large_chunks_are_stored_as_zarr_arrays(fresh_server, tmp_path):
     xr.testing.assert_identical(cold, (ds.v + 1).compute())
     zarr_objects = list((data_dir / "objects" / "zarr").glob("*/*/zarr.json"))
     assert len(zarr_objects) >= 2  # the two chunks of v + 1, as Zarr arrays
+
+
+def test_open_cached_reopens_a_computed_dataset_lazily(cache_server):
+    ns = uuid.uuid4().hex
+    ds = dataset().chunk({"time": 4})
+    expr = (ds * 2).mean("x")
+    with pytest.raises(NotCached, match="not in the cache"):
+        open_cached(expr, cache=cache_server.url, namespace=ns)
+    cached_compute(expr, cache=cache_server.url, namespace=ns)
+    lazy = open_cached(expr, cache=cache_server.url, namespace=ns)
+    assert isinstance(lazy, xr.Dataset)
+    assert all(is_dask_collection(lazy[name].data) for name in ("temp", "pres", "station"))
+    hits = httpx.get(f"{cache_server.url}/v1/stats").json()["served"]
+    xr.testing.assert_identical(lazy.compute(), expr.compute())
+    assert httpx.get(f"{cache_server.url}/v1/stats").json()["served"] == hits + 1  # one load
+
+
+def test_open_cached_reopens_a_computed_data_array_lazily(cache_server):
+    ns = uuid.uuid4().hex
+    expr = dataset().chunk({"time": 4}).temp.resample(time="1D").mean()
+    cached_compute(expr, cache=cache_server.url, namespace=ns)
+    lazy = open_cached(expr, cache=cache_server.url, namespace=ns)
+    assert isinstance(lazy, xr.DataArray) and is_dask_collection(lazy.data)
+    xr.testing.assert_identical(lazy.compute(), expr.compute())
