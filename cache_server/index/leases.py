@@ -31,22 +31,33 @@ end
 # KEYS: members set, expiry zset, then one lease key per hash. ARGV: holder, ttl ms, now,
 # then per hash (in KEYS order) the hash itself. Answers one digit per hash: 0 granted
 # (new or already this holder's: renewed), 1 stored, 2 leased by another holder.
+# The common case (a hash nobody stores or leases) costs one call, SET NX, and a share of
+# one SMISMEMBER per 4000 hashes; the expiry and the holder are read only where they can
+# matter.
 _ACQUIRE = _STORED + """
 local holder, ttl = ARGV[1], ARGV[2]
 local out = {}
-for i = 3, #KEYS do
-  if stored(ARGV[i + 1]) then
-    out[#out + 1] = '1'
-  else
-    local v = redis.call('GET', KEYS[i])
-    if not v then
-      redis.call('SET', KEYS[i], holder, 'PX', ttl)
-      out[#out + 1] = '0'
-    elseif v == holder or string.sub(v, 1, #holder + 1) == holder .. ' ' then
-      redis.call('PEXPIRE', KEYS[i], ttl)
-      out[#out + 1] = '0'
+local n = #KEYS - 2
+for first = 1, n, 4000 do  -- membership in chunks (unpack is bounded by Lua's stack)
+  local last = math.min(first + 3999, n)
+  local member = redis.call('SMISMEMBER', KEYS[1], unpack(ARGV, first + 3, last + 3))
+  for j = first, last do
+    local i = j + 2
+    if member[j - first + 1] == 1 and stored(ARGV[i + 1]) then
+      out[j] = '1'
+    elseif redis.call('SET', KEYS[i], holder, 'NX', 'PX', ttl) then
+      out[j] = '0'
     else
-      out[#out + 1] = '2'
+      local v = redis.call('GET', KEYS[i])
+      if not v then  -- expired between the two calls
+        redis.call('SET', KEYS[i], holder, 'PX', ttl)
+        out[j] = '0'
+      elseif v == holder or string.sub(v, 1, #holder + 1) == holder .. ' ' then
+        redis.call('PEXPIRE', KEYS[i], ttl)
+        out[j] = '0'
+      else
+        out[j] = '2'
+      end
     end
   end
 end

@@ -40,6 +40,20 @@ def test_overlapping_sets_in_any_order_split_without_blocking(client):
     assert sorted(second["granted"]) == sorted(hashes[4:])
 
 
+def test_a_large_lease_request_answers_every_hash_in_order(client):
+    # Membership is read in chunks of 4000 inside the script: stored and held hashes on
+    # both sides of a chunk boundary keep their places.
+    a, b = "run-" + uuid.uuid4().hex, "run-" + uuid.uuid4().hex
+    hashes = [new_hash() for _ in range(9000)]
+    stored, held = [hashes[3999], hashes[4000], hashes[8999]], [hashes[0], hashes[4001]]
+    for h in stored:
+        assert put(client, h, encode_pickle(h)).status_code == 201
+    assert lease(client, b, *held).json()["granted"] == held
+    answer = lease(client, a, *hashes).json()
+    assert answer["stored"] == stored and answer["held"] == held
+    assert answer["granted"] == [h for h in hashes if h not in stored + held]
+
+
 def test_a_store_ends_the_lease_and_waiters_see_it_stored(client):
     holder, h = "run-" + uuid.uuid4().hex, new_hash()
     lease(client, holder, h)
