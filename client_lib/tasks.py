@@ -176,6 +176,12 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
             return False  # a side effect's marker, or a handle: a load could not stand for it
         run = spec.run
         if not spec.overwrite and not run.policy.may_store(seconds + upstream, spec.is_output):
+            # No size measured (the shortcut exists to skip it); an array says its own.
+            nbytes = getattr(value, "nbytes", 0)
+            if isinstance(nbytes, int) and nbytes >= LARGE_BYTES:
+                _note_decision(run.run_id, f"{spec.label} ({_size(nbytes)}): not stored: "
+                               f"recompute {seconds + upstream:.3g} s costs less than any "
+                               "load")
             return False
         nbytes = sizeof(value)
         kind = codec.kind_of(value)

@@ -66,6 +66,17 @@ def test_large_results_are_stored_only_when_they_pay_and_explain_says_why(cache_
     assert "(learned from 1 recent ndarray load(s))" in decision
 
 
+def test_a_cheap_large_intermediate_is_explained_too(cache_server):
+    """An intermediate cheaper than any load is skipped before its size is measured; an
+    array still says why."""
+    ns = uuid.uuid4().hex
+    total = dask.delayed(np.sum, pure=True)(dask.delayed(zeros, pure=True)(2 * MIB))
+    cached_compute(total, cache=cache_server.url, namespace=ns, scheduler="threads")
+    (line,) = [d for d in last_report().store_decisions if d.startswith("zeros")]
+    assert line.startswith("zeros (16.0 MiB): not stored: recompute ")
+    assert line.endswith("s costs less than any load")
+
+
 @pytest.mark.slow
 def test_decisions_of_local_cluster_workers_reach_the_report(cache_server):
     from distributed import Client, LocalCluster
