@@ -416,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scheduler", default="threads")
     parser.add_argument("--h5", default=None)
     parser.add_argument("--only", nargs="*", default=None)
+    # Every output is stored whatever it costs (auto skips large results that compute
+    # faster than they load), so a warm run loads every output: the corpus is about values;
+    # the policy has its own tests (tests/client/test_policy.py, test_load_speeds.py).
+    parser.add_argument("--policy", default="outputs")
     args = parser.parse_args(argv)
     ctx = {"h5": args.h5}
     scheduler: object = args.scheduler
@@ -435,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for name in args.only or CORPUS:
         (value,) = cached_compute(build(name, ctx), cache=args.url, namespace=args.namespace,
-                                  scheduler=scheduler)
+                                  scheduler=scheduler, policy=args.policy)
         report = last_report()
         results[name] = (value, {
             "tasks": report.tasks, "hits": report.hits, "loaded": report.loaded,

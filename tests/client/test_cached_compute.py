@@ -52,10 +52,7 @@ def run_corpus(server, namespace: str, out: Path, h5: str, scheduler: str = "thr
         args += ["--only", *only]
     # Every frame, however small, goes through Parquet where it reads back exactly: the
     # corpus proves the round trip for each dtype it has (issue 12).
-    # Outputs are stored whatever they cost (auto skips large cheap ones, and the warm run
-    # must load every output): the corpus is about values, the policy has its own tests.
-    env = {**os.environ, "DASK_RESULT_CACHE__PARQUET_MIN_BYTES": "0",
-           "DASK_RESULT_CACHE__POLICY": "outputs"}
+    env = {**os.environ, "DASK_RESULT_CACHE__PARQUET_MIN_BYTES": "0"}
     subprocess.run(args, cwd=ROOT, check=True, timeout=600, env=env)
     return pickle.loads(out.read_bytes())
 
