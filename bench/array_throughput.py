@@ -1,13 +1,14 @@
 """Measure 5, array throughput: store and load a 1 GiB float64 array through the service
 (``CacheClient.put`` / ``CacheClient.get``: encode and digest, HTTP streaming, the server's
-digest check, Zarr write with fsync and atomic rename; on load the server's read and digest
-check, HTTP, the client's digest check) against ``np.save`` (+ fsync) and ``np.load`` of
+digest check, Zarr write with fsync and atomic rename; on load the server's chunk-by-chunk
+read and check against the chunk digests, HTTP, the client's digest check) against ``np.save`` (+ fsync) and ``np.load`` of
 the same array on the same disk (the server's data directory is beside the raw file).
 
 Two arrays: random values (incompressible) and a compressible one (runs of equal values).
 Loads read from the page cache on both sides (each store is followed by its load). The
 entry is deleted after each run so the next store writes again. Ratios are throughput
-ratios, service / raw (higher is better). Targets: store >= 0.5x and load >= 0.5x.
+ratios, service / raw (higher is better). Targets (issue 12): store >= 0.5x, load over HTTP
+>= 0.25x (the server streams from storage chunk by chunk; direct reads: bench/direct_read.py).
 
     python bench/array_throughput.py [--repeat 3] [--mib 1024] [--smoke]
 """
@@ -98,7 +99,7 @@ def main() -> None:
                 ratios.append(Ratio(f"store_vs_np_save[{kind}]", med["save"] / med["put"], 0.5,
                                     higher_is_better=True))
                 ratios.append(Ratio(f"load_vs_np_load[{kind}]", med["np_load"] / med["get"],
-                                    0.5, higher_is_better=True))
+                                    0.25, higher_is_better=True))
     finish("array_throughput", ratios, args, mib=mib, **details)
 
 

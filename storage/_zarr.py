@@ -305,6 +305,7 @@ class _ZarrPayload(Payload):
         self._buffer: bytearray | None = None
         self._filled = 0
         self._digests: list[str] = []
+        self._raw = False  # chunk files written as they are (decided with the array)
         self._next_region()
 
     def _next_region(self) -> None:
@@ -334,9 +335,29 @@ class _ZarrPayload(Payload):
         assert self._region is not None
         if self._array is None:
             self._array = _create(self._directory, self._shape, self._chunks, self._stored, piece)
+            self._raw = _raw_chunks(self._array, self._stored)
         self._digests.append(xxhash.xxh3_128_hexdigest(piece))
-        self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(self._dims)
+        if self._raw:
+            self._write_chunk_file(piece)
+        else:
+            self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(
+                self._dims)
         self._next_region()
+
+    def _write_chunk_file(self, piece: memoryview) -> None:
+        """Without a codec a chunk file is the chunk's bytes: written from the piece as it
+        is (Zarr would copy it on the way). An edge chunk's file is padded to the whole
+        chunk, as Zarr pads it (the padding is never read back as data)."""
+        assert self._array is not None and self._region is not None
+        key = self._array.metadata.encode_chunk_key(tuple(
+            r.start // c for r, c in zip(self._region, self._chunks, strict=True)))
+        path = self._directory / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "wb", buffering=0) as f:
+            view = piece
+            while view:
+                view = view[f.write(view):]
+            f.truncate(self._itemsize * math.prod(self._chunks))
 
     def finish(self) -> None:
         # An empty array has no chunk; a short body is refused by the digest check.
