@@ -1,8 +1,9 @@
 """Measure 5, array throughput: store and load a 1 GiB float64 array through the service
 (``CacheClient.put`` / ``CacheClient.get``: encode and digest, HTTP streaming, the server's
 digest check, Zarr write with fsync and atomic rename; on load the server's chunk-by-chunk
-read and check against the chunk digests, HTTP, the client's digest check) against ``np.save`` (+ fsync) and ``np.load`` of
-the same array on the same disk (the server's data directory is beside the raw file).
+read and check against the chunk digests, HTTP, the client's digest check) against
+``np.save`` (+ fsync) and ``np.load`` of the same array on the same disk (the server's data
+directory is beside the raw file).
 
 Two arrays: random values (incompressible) and a compressible one (runs of equal values).
 Loads read from the page cache on both sides (each store is followed by its load). The
