@@ -193,3 +193,21 @@ def test_dask_progress_bar_follows_a_cached_run(cache_server, capsys):
                                   policy="all", scheduler="threads") == (90,)
         assert "100% Completed" in capsys.readouterr().out
     assert last_report().loaded == 1
+
+
+@pytest.mark.slow
+def test_distributed_progress_follows_cached_futures(cache_server, capsys):
+    from distributed import Client, LocalCluster, progress
+
+    from client_lib import cached_persist
+
+    ns = uuid.uuid4().hex
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
+        for _ in range(2):  # computed, then loaded
+            (held,) = cached_persist(_chain(), cache=cache_server.url, namespace=ns,
+                                     policy="all", scheduler=client)
+            progress(held, notebook=False)
+            assert "100% Completed" in capsys.readouterr().out
+            assert held.compute(scheduler=client) == 90
+    assert last_report().loaded == 1
