@@ -37,10 +37,10 @@ async def open_cache(
     command keeps the directory for more than ``lock_wait`` seconds.
     """
     data_dir = settings.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
     replica = settings.redis_url is not None
     lock = DataDirLock(data_dir)
-    if not replica:
+    if not replica:  # a replica keeps nothing in the data directory (objects: storage URL)
+        data_dir.mkdir(parents=True, exist_ok=True)
         await to_thread.run_sync(lock.acquire, lock_wait)
     embedded: EmbeddedRedis | None = None
     client = None

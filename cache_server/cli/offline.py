@@ -39,7 +39,9 @@ def offline_options(command: Callable[..., Any]) -> Callable[..., Any]:
         overrides = {"data_dir": data_dir, "redis_url": redis_url, "redis_prefix": redis_prefix,
                      "max_bytes": kwargs.pop("max_bytes", None)}
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
-        if not settings.data_dir.is_dir():
+        # With a shared Redis and a storage URL nothing lives in the data directory.
+        shared = settings.redis_url is not None and settings.storage_url is not None
+        if not shared and not settings.data_dir.is_dir():
             raise click.ClickException(f"no data directory {settings.data_dir}")
         return command(settings=settings, **kwargs)
 

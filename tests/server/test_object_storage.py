@@ -62,8 +62,8 @@ def test_replicas_on_one_bucket_then_gc_and_reindex(tmp_path, redis_url, s3_url,
     # The index is lost; reindex rebuilds it from the bucket's sidecars, gc keeps it all.
     client = redis.Redis.from_url(redis_url)
     client.delete(*client.keys(f"{prefix}*"))
-    maintenance = [f"--data-dir={tmp_path / 'r0'}", f"--redis-url={redis_url}",
-                   f"--redis-prefix={prefix}"]
+    maintenance = [f"--data-dir={tmp_path / 'nowhere'}", f"--redis-url={redis_url}",
+                   f"--redis-prefix={prefix}"]  # no local directory needed
     env = {k: v for k, v in os.environ.items() if "RESULT_CACHE" not in k}
     env.update(moto_s3.env, RESULT_CACHE_STORAGE_URL=s3_url)
     assert _cli("reindex", *maintenance, env=env)["entries_added"] == 2
@@ -71,6 +71,7 @@ def test_replicas_on_one_bucket_then_gc_and_reindex(tmp_path, redis_url, s3_url,
     report = _cli("gc", *maintenance, env=env)
     assert report["entries"] == 2 and report["dangling_entries_removed"] == 0
     assert report["temporary_removed"] == 1 and not fs.exists(f"{s3_url[5:]}/ab")
+    assert not (tmp_path / "nowhere").exists()
     with start_server(tmp_path / "r2", redis_url=redis_url, redis_prefix=prefix,
                       env=env) as again:
         (value, _) = cached_compute(big, small, cache=again.url, namespace=ns,
