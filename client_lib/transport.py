@@ -49,6 +49,10 @@ logger = logging.getLogger("client_lib")
 
 _TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=300.0, pool=60.0)
 _LOOKUP_BATCH = 200_000
+#: A server answering 503 with Retry-After is asked again this often, waiting at most this
+#: long each time, before it counts as unavailable.
+_BUSY_RETRIES = 5
+_MAX_BUSY_WAIT = 5.0
 #: The protocol's bound on ``X-Result-Compute-Seconds`` (about 116 days).
 MAX_COMPUTE_SECONDS = 1e7
 _FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
@@ -149,6 +153,14 @@ class CacheClient:
                 kwargs["content"] = body()
             try:
                 response = self.http.request(method, base + path, **kwargs)
+                for _ in range(_BUSY_RETRIES):  # busy, not lost: ask again when told to
+                    if (wait := _busy_wait(response)) is None:
+                        break
+                    response.close()
+                    time.sleep(wait)
+                    if body is not None:
+                        kwargs["content"] = body()
+                    response = self.http.request(method, base + path, **kwargs)
             except httpx.HTTPError as exc:
                 failures.append(f"{base}: {exc}")
                 self.endpoints.failed(base)
@@ -385,26 +397,34 @@ class CacheClient:
         """:meth:`get` from one server; :class:`CacheUnavailable` if it fails (the next
         one may answer)."""
         path = f"/v1/objects/{task_hash}"
-        try:
-            with self.http.stream("GET", base + path) as response:
-                if response.status_code == 404:
-                    raise CacheEntryUnavailable(task_hash, "not found")
-                self._check_status(response)
-                _expect(response, 200)
-                h = response.headers
-                kind, digest = h["x-result-kind"], h["x-result-digest"]
-                dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
-                if not self._trusted(task_hash, h):
-                    raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
-                body = _read_body(response, kind, dtype, shape)
-        except CacheEntryUntrusted:
-            self.report_untrusted(task_hash)
-            raise
-        except httpx.HTTPError as exc:
-            raise CacheUnavailable(f"GET {base}{path} failed: {exc}") from exc
-        except KeyError as exc:
-            raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
-        data, actual = body
+        for attempt in range(_BUSY_RETRIES + 1):
+            try:
+                with self.http.stream("GET", base + path) as response:
+                    wait = _busy_wait(response) if attempt < _BUSY_RETRIES else None
+                    if wait is None:
+                        return self._take_object(task_hash, response)
+            except CacheEntryUntrusted:
+                self.report_untrusted(task_hash)
+                raise
+            except httpx.HTTPError as exc:
+                raise CacheUnavailable(f"GET {base}{path} failed: {exc}") from exc
+            except KeyError as exc:
+                raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
+            time.sleep(wait)  # busy (downloads in flight), not lost: ask again when told
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _take_object(self, task_hash: str, response: httpx.Response) -> Any:
+        """The value of a ``GET`` response: status, signature, body and digest checked."""
+        if response.status_code == 404:
+            raise CacheEntryUnavailable(task_hash, "not found")
+        self._check_status(response)
+        _expect(response, 200)
+        h = response.headers
+        kind, digest = h["x-result-kind"], h["x-result-digest"]
+        dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
+        if not self._trusted(task_hash, h):
+            raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
+        data, actual = _read_body(response, kind, dtype, shape)
         if actual != digest:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
@@ -527,6 +547,17 @@ def _direct_allowed() -> bool:
         return direct_read_mode() == "auto"
     except ValueError:  # cached_compute reports it in the user's process
         return False
+
+
+def _busy_wait(response: httpx.Response) -> float | None:
+    """Seconds to wait before asking again when the server answered 503 with Retry-After
+    (a limit that frees itself: uploads or downloads in flight), else None."""
+    if response.status_code != 503:
+        return None
+    try:
+        return min(max(float(response.headers["retry-after"]), 0.1), _MAX_BUSY_WAIT)
+    except (KeyError, ValueError):
+        return None
 
 
 def _signing_key(value: SigningKey | str | None) -> SigningKey | None:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
 import pytest
 
 from cache_server.launch import RunningServer
+from client_lib import CacheClient
 from tests.conftest import FreshServer
 from tests.server.wire import encode_array, new_hash, put
 from tests.stress.stalled import open_stalled_uploads, replies
@@ -96,3 +98,27 @@ def test_stalled_socket_helper_really_stalls(cache_server: RunningServer) -> Non
             sock.recv(1)
     finally:
         sock.close()
+
+
+def test_clients_wait_for_a_busy_server_instead_of_giving_up(fresh_server: FreshServer) -> None:
+    """503 with Retry-After means busy, not lost: ``CacheClient`` asks again when told (a
+    store would otherwise end storing for the run, a load would rerun without the cache)."""
+    server = fresh_server(max_uploads=1, max_body_memory=24 * 2**20, body_timeout=2)
+    cache = CacheClient(server.url, signing_key=None)
+    value = np.random.default_rng(2).random(8 * 2**20)  # 64 MiB: 16 MiB chunks
+    task_hash = new_hash()
+    [upload] = open_stalled_uploads(server.url, 1)  # holds the only upload slot
+    try:
+        assert cache.put(task_hash, value, 1.0, "busy")  # waits for its 408
+    finally:
+        upload.close()
+    address = urlsplit(server.url)
+    reader = socket.create_connection((address.hostname, address.port), timeout=30)
+    reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    try:
+        reader.sendall(f"GET /v1/objects/{task_hash} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        assert reader.recv(12) == b"HTTP/1.1 200"  # holds the download budget, reads no more
+        np.testing.assert_array_equal(cache.get(task_hash), value)  # after its cut-off
+    finally:
+        reader.close()
+        cache.close()
