@@ -2,7 +2,8 @@
 
 Runs the steps of ``client_lib.api.run_cached`` one by one on a graph from
 ``bench/_graphs.py`` (materialise, unfuse, hash, lookup, rewrite, lease, run with the store
-wrappers; docs/architecture.md, What flows where), each under ``cProfile``, against a real
+wrappers and the wait for batched stores; docs/architecture.md, What flows where), each
+under ``cProfile`` (the graph phases without cyclic GC, as ``run_cached``), against a real
 cache server with an empty namespace, and prints each phase's seconds, microseconds per
 Dask task and top functions by own time. A second, unprofiled pass gives the figures (the
 profiler slows Python code by ~2x). The baseline is ``dask.compute`` of the same graph in
@@ -26,11 +27,11 @@ from _harness import Ratio, cache_server, finish, parse_args
 
 from client_lib import CacheClient, cached_compute
 from client_lib.api import _hash
-from client_lib.graph import materialize
+from client_lib.graph import materialize, paused_gc
 from client_lib.leases import lease_ttl, take_leases
 from client_lib.policy import resolve_policy
 from client_lib.rewrite import cacheable_keys, rewrite
-from client_lib.tasks import StoreRun
+from client_lib.tasks import StoreRun, flush_stores
 
 PHASES = ("materialize", "hash", "lookup", "rewrite", "lease", "run")
 
@@ -50,12 +51,16 @@ def phases(x, cache: CacheClient, policy: str, profile: bool) -> tuple[dict, dic
     profiles: dict[str, str] = {}
     state: dict = {}
 
-    def step(name, fn):
+    def step(name, fn, paused=True):
         prof = cProfile.Profile() if profile else None
         start = time.perf_counter()
         if prof:
             prof.enable()
-        out = fn()
+        if paused:  # as run_cached does for the graph phases
+            with paused_gc():
+                out = fn()
+        else:
+            out = fn()
         if prof:
             prof.disable()
         seconds[name] = time.perf_counter() - start
@@ -70,15 +75,18 @@ def phases(x, cache: CacheClient, policy: str, profile: bool) -> tuple[dict, dic
     fused = step("materialize", lambda: materialize([x]))
     m, order, hashes = step("hash", lambda: _hash(fused, namespace, cache.signing_key))
     cacheable = cacheable_keys(m, hashes)
-    hits = step("lookup", lambda: cache.lookup(set(cacheable.values())))
-    run = StoreRun(cache, resolve_policy(policy), uuid.uuid4().hex, lease_ttl=lease_ttl())
+    hits = step("lookup", lambda: cache.lookup(set(cacheable.values())), paused=False)
+    run = StoreRun(cache, resolve_policy(policy), uuid.uuid4().hex, lease_ttl=lease_ttl(),
+                   batch=True)
     out = step("rewrite", lambda: rewrite(m, order, hashes, cacheable, hits, run))
     step("lease", lambda: take_leases(run, out.specs.values(), hits))
 
     def execute():
-        return dask.threaded.get(out.graph, m.keys)
+        result = dask.threaded.get(out.graph, m.keys)
+        flush_stores(run.run_id)
+        return result
 
-    step("run", execute)
+    step("run", execute, paused=False)
     return seconds, profiles, len(fused.graph)
 
 
