@@ -7,7 +7,8 @@ unix socket) and a cache server over it, and seeds half of the hashes straight i
 index's membership set and manifest keys (``rc:members``, ``rc:m:<hash>``). ``SMISMEMBER``
 (what the server runs) is reported too, and the CPU time per lookup of the server and of
 the client (steadier than wall time on a shared machine). Target: 100k hashes in
-<= 100 ms, shown as ``lookup_ms[100000] / 100 ms``.
+<= 100 ms, shown as ``lookup_ms[100000] / 100 ms``. Leasing the same hashes
+(``POST /v1/leases``, each time after releasing them) is reported against the lookup.
 
     python bench/batch_lookup.py [--repeat 7] [--sizes 1000,10000,100000] [--smoke]
 """
@@ -66,16 +67,26 @@ def main() -> None:
             raw, _ = median_seconds(exists, args.repeat)
             smis, _ = median_seconds(
                 lambda hashes=hashes: r.smismember(f"{PREFIX}members", hashes), args.repeat)
+            holder = f"bench-{uuid.uuid4().hex[:8]}"
+            lease, _ = median_seconds(
+                lambda hashes=hashes, holder=holder: client.acquire_leases(hashes, holder, 60),
+                args.repeat,
+                setup=lambda hashes=hashes, holder=holder: client.release_leases(hashes, holder))
+            client.release_leases(hashes, holder)
             print(f"{n:7d} hashes  HTTP lookup {http * 1e3:8.2f} ms  "
-                  f"pipelined EXISTS {raw * 1e3:8.2f} ms  SMISMEMBER {smis * 1e3:8.2f} ms\n"
+                  f"pipelined EXISTS {raw * 1e3:8.2f} ms  SMISMEMBER {smis * 1e3:8.2f} ms  "
+                  f"lease {lease * 1e3:8.2f} ms\n"
                   f"                CPU per lookup: server {server_cpu * 1e3:.1f} ms, "
                   f"client {client_cpu * 1e3:.1f} ms  "
                   f"(HTTP runs: {', '.join(f'{t * 1e3:.1f}' for t in http_runs)})")
             details[str(n)] = {"http_ms": http * 1e3, "exists_ms": raw * 1e3,
-                               "smismember_ms": smis * 1e3, "server_cpu_ms": server_cpu * 1e3,
+                               "smismember_ms": smis * 1e3, "lease_ms": lease * 1e3,
+                               "server_cpu_ms": server_cpu * 1e3,
                                "client_cpu_ms": client_cpu * 1e3,
                                "http_runs_ms": [t * 1e3 for t in http_runs]}
             ratios.append(Ratio(f"lookup_vs_exists[{n}]", http / raw, None))
+            ratios.append(Ratio(f"lease_vs_lookup[{n}]", lease / http, None,
+                                note="a fresh lease of every hash, half of them stored"))
             if n == max(sizes):
                 note = "" if n == 100_000 else "the target is for 100k hashes"
                 ratios.append(Ratio(f"lookup_ms[{n}] / 100 ms", http / 0.1, 1.0, note=note))
