@@ -1,6 +1,6 @@
-"""Measure 10, an xarray workflow (issue 18): a year of hourly temperatures on a grid in a NetCDF file,
-opened with ``chunks=``: the anomaly against the mean, smoothed over a day (``rolling``),
-daily maxima (``coarsen``), averaged by month (``groupby``).
+"""Measure 10, an xarray workflow (issue 18): a year of hourly temperatures on a grid in a
+NetCDF file, opened with ``chunks=``: the anomaly against the mean, smoothed over a day
+(``rolling``), daily maxima (``coarsen``), averaged by month (``groupby``).
 
 - ``cold``: ``cached_compute`` with an empty cache (a new namespace each run; default
   ``"auto"`` policy) against ``dask.compute`` of the same expression, in this process;
