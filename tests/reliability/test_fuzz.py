@@ -29,6 +29,10 @@ pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
 #: Where a campaign wants the number of requests made (``tests.stress.fuzz``).
 COUNT_FILE = os.environ.get("RC_FUZZ_COUNT_FILE")
+# The batch route's framed body is opaque bytes to the schema (format: binary), like
+# application/octet-stream: fuzz it with random bytes.
+schemathesis.serializer.alias("application/x-result-batch", "application/octet-stream")
+
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance]
 
