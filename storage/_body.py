@@ -3,14 +3,15 @@ verify) and on its way out (:class:`CheckedReader`), for every backend."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import xxhash
 
-from storage.base import Buffer, ObjectReader, Sidecar
+from storage.base import Buffer, ObjectReader, ObjectWriter, Sidecar, TaskReference
 from storage.errors import (
     BodySizeMismatch,
     CorruptObject,
@@ -20,7 +21,8 @@ from storage.errors import (
 )
 from storage.header import ObjectHeader
 
-__all__ = ["FILE_PIECE_BYTES", "BodyCheck", "CheckedReader", "Pieces", "file_pieces"]
+__all__ = ["FILE_PIECE_BYTES", "BodyCheck", "CheckedReader", "CheckedWriter", "Pieces",
+           "file_pieces"]
 
 #: Pieces in which payload files are read: large enough for the disk, small enough to hold.
 FILE_PIECE_BYTES = 4 * 2**20
@@ -131,3 +133,30 @@ class CheckedReader(ObjectReader):
 
     def close(self) -> None:
         self._pieces.close()
+
+
+class CheckedWriter(ObjectWriter):
+    """What every backend's writer shares: the object it writes, the running
+    :class:`BodyCheck` of its body, and the sidecar a verified body gets."""
+
+    def __init__(self, store: Any, header: ObjectHeader, digest: str, task: TaskReference,
+                 type_name: str | None) -> None:
+        self._store = store
+        self._header = header
+        self._digest = digest
+        self._task = task
+        self._type_name = type_name
+        self._body = BodyCheck(header, digest)
+
+    def _sidecar(self) -> Sidecar:
+        """The sidecar of the object just verified (call after ``self._body.verify()``)."""
+        task = self._task
+        return Sidecar(
+            digest=self._digest,
+            header=self._header,
+            storage=self._store.name,
+            nbytes=self._body.nbytes,
+            type=self._type_name,
+            created=task.created or time.time(),
+            tasks={task.task_hash: task},
+        )

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from storage._body import FILE_PIECE_BYTES, BodyCheck, CheckedReader, file_pieces
+from storage._body import FILE_PIECE_BYTES, CheckedReader, CheckedWriter, file_pieces
 from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
     Buffer,
@@ -170,19 +170,14 @@ def _modified(info: dict[str, Any]) -> float:
     return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
 
-class _BucketWriter(ObjectWriter):
+class _BucketWriter(CheckedWriter):
     """Uploads to the object's place while hashing; on commit verifies, completes the
     upload and writes the sidecar (on failure aborts it). For a digest already stored the
     body is only hashed."""
 
     def __init__(self, store: BucketStorage, header: ObjectHeader, digest: str,
                  task: TaskReference, type_name: str | None) -> None:
-        self._store = store
-        self._header = header
-        self._digest = digest
-        self._task = task
-        self._type_name = type_name
-        self._body = BodyCheck(header, digest)
+        super().__init__(store, header, digest, task, type_name)
         self._file: Any = None
         if not store.exists(digest):
             self._file = store.fs.open(store.key(digest, BLOB_NAME), "wb",
@@ -200,15 +195,7 @@ class _BucketWriter(ObjectWriter):
             self._body.verify()
             if self._file is None:  # already stored (or removed meanwhile: ObjectNotFound)
                 return PutResult(store.add_task(digest, task), created=False)
-            sidecar = Sidecar(
-                digest=digest,
-                header=self._header,
-                storage=store.name,
-                nbytes=self._body.nbytes,
-                type=self._type_name,
-                created=task.created or time.time(),
-                tasks={task.task_hash: task},
-            )
+            sidecar = self._sidecar()
             with store._lock:
                 if store.exists(digest):  # stored meanwhile by another writer
                     return PutResult(store._add_task_locked(digest, task), created=False)

@@ -31,7 +31,14 @@ from storage._atomic import (
     remove_dir,
     replace_file,
 )
-from storage._body import FILE_PIECE_BYTES, BodyCheck, CheckedReader, Pieces, file_pieces
+from storage._body import (
+    FILE_PIECE_BYTES,
+    BodyCheck,
+    CheckedReader,
+    CheckedWriter,
+    Pieces,
+    file_pieces,
+)
 from storage._sidecars import SidecarEdits, parse_sidecar
 from storage.base import (
     BatchItem,
@@ -291,18 +298,13 @@ class DirectoryStore(SidecarEdits, ObjectStore):
         return len(doomed)
 
 
-class _DirectoryWriter(ObjectWriter):
+class _DirectoryWriter(CheckedWriter):
     """Writes under ``.tmp``, then verifies, fsyncs and renames into place. For a digest
     already stored the body is only hashed (it must still prove what it claims)."""
 
     def __init__(self, store: DirectoryStore, header: ObjectHeader, digest: str,
                  task: TaskReference, type_name: str | None) -> None:
-        self._store = store
-        self._header = header
-        self._digest = digest
-        self._task = task
-        self._type_name = type_name
-        self._body = BodyCheck(header, digest)
+        super().__init__(store, header, digest, task, type_name)
         self._temp: Path | None = None
         self._payload: Payload | None = None
         if not store.object_path(digest).is_dir():
@@ -326,15 +328,7 @@ class _DirectoryWriter(ObjectWriter):
             self._body.verify()
             if self._temp is None:  # already stored (or removed meanwhile: ObjectNotFound)
                 return PutResult(store.add_task(digest, task), created=False)
-            sidecar = Sidecar(
-                digest=digest,
-                header=self._header,
-                storage=store.name,
-                nbytes=self._body.nbytes,
-                type=self._type_name,
-                created=task.created or time.time(),
-                tasks={task.task_hash: task},
-            )
+            sidecar = self._sidecar()
             (self._temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
             fsync_tree(self._temp)
             with store._lock:
