@@ -122,6 +122,11 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     except ValueError as exc:  # a malformed URL is a cache problem: warn and compute
         client, bad_url = None, str(exc)
     schedule = _get_scheduler(scheduler, collections)
+    cluster = _distributed_client(schedule)
+    if cluster is not None and client is not None:
+        from .distributed import warm_workers
+
+        warm_workers(cluster, client)  # in the background, once per client and cache
     report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
     set_last_report(report)
     clock = time.perf_counter()

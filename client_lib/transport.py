@@ -137,6 +137,14 @@ class CacheClient:
                                               limits=httpx.Limits(max_connections=64))
         return self._http
 
+    def warm(self) -> None:
+        """Build the connection pool and open a connection (``GET /healthz``, no token, no
+        hit counted): a process's first load then pays neither for httpx's transport
+        imports (httpcore, h11: built with the first ``httpx.Client``) nor for connecting.
+        Raises like any request (:class:`CacheUnavailable`). docs/architecture.md,
+        Warming the workers."""
+        _expect(self._request("GET", "/healthz"), 200)
+
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
