@@ -107,14 +107,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             swept = await cache.remove_leftovers()
             if swept:
                 logger.warning("removed %d temporary paths left by interrupted writes", swept)
-            heartbeat = asyncio.create_task(cache.replicas.keep_registered())
+            chores = [asyncio.create_task(cache.replicas.keep_registered()),
+                      asyncio.create_task(cache.keep_leases_swept())]
             app.state.cache = cache
             try:
                 yield
             finally:
-                heartbeat.cancel()
-                with suppress(asyncio.CancelledError, RedisError, OSError):
-                    await heartbeat
+                for chore in chores:
+                    chore.cancel()
+                    with suppress(asyncio.CancelledError, RedisError, OSError):
+                        await chore
                 with suppress(RedisError, OSError):
                     await cache.replicas.unregister()
 

@@ -1,12 +1,19 @@
 """Leases: which run is computing a task hash right now (docs/protocol.md, "Leases").
 
-One Redis string per leased hash, ``<prefix>lease:<hash>`` = ``<holder>`` or
-``<holder> <estimate seconds>``, with a TTL (``SET NX PX``). Each operation over a batch
-of hashes is one Lua script, so a 100k-hash lease costs one round trip and no hash is
-half-leased. A holder may re-lease or renew its own leases (idempotent); only the holder
-releases them; storing the hash drops its lease whoever holds it (:meth:`drop`), since
-waiters can then load the result. A stored entry (``members``) that expired (``expires``)
-counts as not stored. Lua scripts name their keys in ``KEYS``, as Redis asks.
+All leases of a cache are fields of one Redis hash, ``<prefix>leases``: field ``<hash>``,
+value ``<deadline ms> <holder>`` or ``<deadline ms> <holder> <estimate seconds>``. A field
+whose deadline (Redis's clock, ``TIME``) has passed is free: every script treats it as
+absent, and :meth:`LeaseStore.sweep` deletes such fields (the server runs it under the
+maintenance lease, so the hash holds only live leases and those that expired since the last
+sweep). One hash instead of a key with a TTL per lease: a 100k-hash lease is one ``HMGET``
+and one ``HSET`` per chunk, not 100k ``SET NX PX`` (each a new key and a new expiry, ~8 µs).
+
+Each operation over a batch of hashes is one Lua script, so a 100k-hash lease costs one
+round trip and no hash is half-leased. A holder may re-lease or renew its own leases
+(idempotent); only the holder releases them; storing the hash drops its lease whoever holds
+it (:meth:`drop`), since waiters can then load the result. A stored entry (``members``) that
+expired (``expires``) counts as not stored. Lua scripts name their keys in ``KEYS``, as
+Redis asks.
 """
 
 from __future__ import annotations
@@ -19,86 +26,160 @@ from redis.asyncio import Redis
 
 __all__ = ["LeaseStatus", "LeaseStore"]
 
-# A stored entry is a member of KEYS[1] whose expiry in KEYS[2] (if any) is after ARGV[3].
-_STORED = """
-local function stored(h)
-  if redis.call('SISMEMBER', KEYS[1], h) == 0 then return false end
-  local expires = redis.call('ZSCORE', KEYS[2], h)
-  return not expires or tonumber(expires) > tonumber(ARGV[3])
+# Shared by the scripts. Lease values are split into their deadline and the rest (holder,
+# estimate); ``owner(holder)`` tests whether such a rest is the holder's. ``stored``
+# answers, for a chunk of hashes, which are stored entries: members of KEYS[1] whose expiry
+# in KEYS[2], if any, is after ARGV[3] (expiries are read only for members, and only when
+# some entry has one).
+# Chunks: Lua's unpack() is bounded by its stack (8000), and HSET takes two per field.
+_COMMON = """
+local CHUNK = 2000
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function split(v)
+  local space = string.find(v, ' ', 1, true)
+  return tonumber(string.sub(v, 1, space - 1)), string.sub(v, space + 1)
+end
+local function owner(holder)  -- a test of a value's rest: does holder hold it?
+  local prefix = holder .. ' '
+  return function(rest) return rest == holder or string.sub(rest, 1, #prefix) == prefix end
+end
+local function stored(hashes)
+  local member = redis.call('SMISMEMBER', KEYS[1], unpack(hashes))
+  if redis.call('ZCARD', KEYS[2]) == 0 then return member end
+  local candidates, at = {}, {}
+  for k = 1, #hashes do
+    if member[k] == 1 then
+      candidates[#candidates + 1] = hashes[k]
+      at[#at + 1] = k
+    end
+  end
+  if #candidates == 0 then return member end
+  local expires = redis.call('ZMSCORE', KEYS[2], unpack(candidates))
+  for i = 1, #candidates do
+    if expires[i] and tonumber(expires[i]) <= tonumber(ARGV[3]) then member[at[i]] = 0 end
+  end
+  return member
 end
 """
 
-# KEYS: members set, expiry zset, then one lease key per hash. ARGV: holder, ttl ms, now,
-# then per hash (in KEYS order) the hash itself. Answers one digit per hash: 0 granted
-# (new or already this holder's: renewed), 1 stored, 2 leased by another holder.
-# The common case (a hash nobody stores or leases) costs one call, SET NX, and a share of
-# one SMISMEMBER per 4000 hashes; the expiry and the holder are read only where they can
-# matter.
-_ACQUIRE = _STORED + """
-local holder, ttl = ARGV[1], ARGV[2]
-local out = {}
-local n = #KEYS - 2
-for first = 1, n, 4000 do  -- membership in chunks (unpack is bounded by Lua's stack)
-  local last = math.min(first + 3999, n)
-  local member = redis.call('SMISMEMBER', KEYS[1], unpack(ARGV, first + 3, last + 3))
-  for j = first, last do
-    local i = j + 2
-    if member[j - first + 1] == 1 and stored(ARGV[i + 1]) then
-      out[j] = '1'
-    elseif redis.call('SET', KEYS[i], holder, 'NX', 'PX', ttl) then
-      out[j] = '0'
+# KEYS: members set, expiry zset, leases hash. ARGV: holder, ttl ms, now, then the hashes
+# (each once). Answers one digit per hash: 0 granted (new, expired, or already this
+# holder's: renewed, its estimate kept), 1 stored, 2 leased by another holder. The common
+# case (a hash nobody stores or leases) costs its share of one SMISMEMBER, one HMGET and
+# one HSET per chunk.
+_ACQUIRE = _COMMON + """
+local holder, owns = ARGV[1], owner(ARGV[1])
+local now = now_ms()
+local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
+local fresh = deadline .. ' ' .. holder
+local out, n = {}, #ARGV - 3
+for first = 1, n, CHUNK do
+  local hashes = {unpack(ARGV, first + 3, math.min(first + CHUNK - 1, n) + 3)}
+  local member = stored(hashes)
+  local current = redis.call('HMGET', KEYS[3], unpack(hashes))
+  local set = {}
+  for k = 1, #hashes do
+    local value = fresh
+    if member[k] == 1 then
+      value = nil
+      out[first + k - 1] = '1'
+    elseif current[k] then
+      local until_ms, rest = split(current[k])
+      if until_ms > now then
+        if owns(rest) then value = deadline .. ' ' .. rest else value = nil end
+      end
+      out[first + k - 1] = value and '0' or '2'
     else
-      local v = redis.call('GET', KEYS[i])
-      if not v then  -- expired between the two calls
-        redis.call('SET', KEYS[i], holder, 'PX', ttl)
-        out[j] = '0'
-      elseif v == holder or string.sub(v, 1, #holder + 1) == holder .. ' ' then
-        redis.call('PEXPIRE', KEYS[i], ttl)
-        out[j] = '0'
-      else
-        out[j] = '2'
+      out[first + k - 1] = '0'
+    end
+    if value then
+      set[#set + 1] = hashes[k]
+      set[#set + 1] = value
+    end
+  end
+  if #set > 0 then redis.call('HSET', KEYS[3], unpack(set)) end
+end
+return table.concat(out)
+"""
+
+# KEYS: members set, expiry zset, leases hash. ARGV: holder, ttl ms, now, then per hash
+# its hash and its estimate ('' if unknown). One digit per hash: 1 renewed (or re-taken:
+# it had expired and nobody took it), 0 lost (stored, or another holder's).
+_RENEW = _COMMON + """
+local holder, owns = ARGV[1], owner(ARGV[1])
+local now = now_ms()
+local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
+local out, n = {}, (#ARGV - 3) / 2
+for first = 1, n, CHUNK do
+  local hashes = {}
+  for j = first, math.min(first + CHUNK - 1, n) do hashes[#hashes + 1] = ARGV[2 * j + 2] end
+  local member = stored(hashes)
+  local current = redis.call('HMGET', KEYS[3], unpack(hashes))
+  local set = {}
+  for k = 1, #hashes do
+    local free = member[k] == 0 and not current[k]
+    if member[k] == 0 and current[k] then
+      local until_ms, rest = split(current[k])
+      free = until_ms <= now or owns(rest)
+    end
+    if free then
+      local value = deadline .. ' ' .. holder
+      local estimate = ARGV[2 * (first + k - 1) + 3]
+      if estimate ~= '' then value = value .. ' ' .. estimate end
+      set[#set + 1] = hashes[k]
+      set[#set + 1] = value
+    end
+    out[first + k - 1] = free and '1' or '0'
+  end
+  if #set > 0 then redis.call('HSET', KEYS[3], unpack(set)) end
+end
+return table.concat(out)
+"""
+
+# KEYS: leases hash. ARGV: holder, then the hashes (each once). Deletes the holder's
+# leases; answers how many had not expired.
+_RELEASE = _COMMON + """
+local owns = owner(ARGV[1])
+local now = now_ms()
+local released, n = 0, #ARGV - 1
+for first = 1, n, CHUNK do
+  local hashes = {unpack(ARGV, first + 1, math.min(first + CHUNK - 1, n) + 1)}
+  local current = redis.call('HMGET', KEYS[1], unpack(hashes))
+  local gone = {}
+  for k = 1, #hashes do
+    if current[k] then
+      local until_ms, rest = split(current[k])
+      if owns(rest) then
+        gone[#gone + 1] = hashes[k]
+        if until_ms > now then released = released + 1 end
       end
     end
   end
+  if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 end
-return table.concat(out)
+return released
 """
 
-# KEYS: members set, expiry zset, lease keys. ARGV: holder, ttl ms, now, then per hash
-# its hash and its estimate ('' if unknown). One digit per hash: 1 renewed (or re-taken:
-# it had expired and nobody took it), 0 lost (stored, or another holder's).
-_RENEW = _STORED + """
-local holder, ttl = ARGV[1], ARGV[2]
-local out = {}
-for i = 3, #KEYS do
-  local h, estimate = ARGV[2 * i - 2], ARGV[2 * i - 1]
-  local value = holder
-  if estimate ~= '' then value = holder .. ' ' .. estimate end
-  local v = redis.call('GET', KEYS[i])
-  if stored(h) then
-    out[#out + 1] = '0'
-  elseif not v or v == holder or string.sub(v, 1, #holder + 1) == holder .. ' ' then
-    redis.call('SET', KEYS[i], value, 'PX', ttl)
-    out[#out + 1] = '1'
-  else
-    out[#out + 1] = '0'
-  end
+# KEYS: leases hash. ARGV: cursor, count. Deletes the expired leases of one HSCAN page;
+# answers {next cursor, how many were deleted}.
+_SWEEP = _COMMON + """
+local now = now_ms()
+local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', ARGV[2])
+local fields, gone = page[2], {}
+for i = 1, #fields, 2 do
+  if split(fields[i + 1]) <= now then gone[#gone + 1] = fields[i] end
 end
-return table.concat(out)
+for first = 1, #gone, CHUNK do
+  redis.call('HDEL', KEYS[1], unpack(gone, first, math.min(first + CHUNK - 1, #gone)))
+end
+return {page[1], #gone}
 """
 
-# KEYS: lease keys. ARGV: holder. Deletes those the holder holds; answers how many.
-_RELEASE = """
-local holder, n = ARGV[1], 0
-for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
-  if v and (v == holder or string.sub(v, 1, #holder + 1) == holder .. ' ') then
-    redis.call('DEL', KEYS[i])
-    n = n + 1
-  end
-end
-return n
-"""
+#: Fields per sweep call: each call is short, so leasing is never held up behind a sweep.
+_SWEEP_PAGE = 1000
 
 
 @dataclass(frozen=True)
@@ -115,27 +196,27 @@ class LeaseStore:
     def __init__(self, redis: Redis, prefix: str) -> None:
         self.redis = redis
         self.prefix = prefix
+        self.key = f"{prefix}leases"
         self._members = f"{prefix}members"
         self._expires = f"{prefix}expires"
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
-
-    def key(self, task_hash: str) -> str:
-        return f"{self.prefix}lease:{task_hash}"
+        self._sweep = redis.register_script(_SWEEP)
 
     async def acquire(self, hashes: Sequence[str], holder: str,
                       ttl: float) -> tuple[list[str], list[str], list[str]]:
-        """(granted, stored, held by another), each in request order."""
+        """(granted, stored, held by another), each in request order. ``hashes``: distinct
+        (the service makes sure)."""
         if not hashes:
             return [], [], []
-        keys = [self._members, self._expires, *(self.key(h) for h in hashes)]
-        answer = str(await self._acquire(keys=keys,
-                                         args=[holder, _ms(ttl), repr(time.time()), *hashes]))
-        out: tuple[list[str], list[str], list[str]] = ([], [], [])
+        keys = [self._members, self._expires, self.key]
+        args = [holder, _ms(ttl), repr(time.time()), *hashes]
+        answer = str(await self._acquire(keys=keys, args=args))
+        out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
         for task_hash, flag in zip(hashes, answer, strict=True):
-            out[int(flag)].append(task_hash)
-        return out
+            out[flag].append(task_hash)
+        return out["0"], out["1"], out["2"]
 
     async def renew(self, hashes: Sequence[str], holder: str, ttl: float,
                     estimates: dict[str, float]) -> tuple[list[str], list[str]]:
@@ -146,7 +227,7 @@ class LeaseStore:
         for task_hash in hashes:
             estimate = estimates.get(task_hash)
             args += [task_hash, "" if estimate is None else repr(float(estimate))]
-        keys = [self._members, self._expires, *(self.key(h) for h in hashes)]
+        keys = [self._members, self._expires, self.key]
         answer = str(await self._renew(keys=keys, args=args))
         renewed = [h for h, flag in zip(hashes, answer, strict=True) if flag == "1"]
         lost = [h for h, flag in zip(hashes, answer, strict=True) if flag == "0"]
@@ -155,22 +236,36 @@ class LeaseStore:
     async def release(self, hashes: Sequence[str], holder: str) -> int:
         if not hashes:
             return 0
-        return int(await self._release(keys=[self.key(h) for h in hashes], args=[holder]))
+        return int(await self._release(keys=[self.key], args=[holder, *hashes]))
 
     async def status(self, task_hash: str) -> LeaseStatus:
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.get(self.key(task_hash))
-            pipe.pttl(self.key(task_hash))
-            value, pttl = await pipe.execute()
+            pipe.hget(self.key, task_hash)
+            pipe.time()
+            value, (seconds, micros) = await pipe.execute()
         if value is None:
             return LeaseStatus(False, None, None)
-        _, _, estimate = str(value).partition(" ")
-        return LeaseStatus(True, max(int(pttl), 0) / 1000, float(estimate) if estimate else None)
+        deadline, _, rest = str(value).partition(" ")
+        left = (int(deadline) - (seconds * 1000 + micros // 1000)) / 1000
+        if left <= 0:
+            return LeaseStatus(False, None, None)  # expired: free, not swept yet
+        _, _, estimate = rest.partition(" ")
+        return LeaseStatus(True, left, float(estimate) if estimate else None)
 
     async def drop(self, *task_hashes: str) -> None:
         """Forget the leases of hashes that are now stored (whoever held them)."""
         if task_hashes:
-            await self.redis.delete(*(self.key(h) for h in task_hashes))
+            await self.redis.hdel(self.key, *task_hashes)
+
+    async def sweep(self) -> int:
+        """Delete every expired lease (one short script per page of the hash); answers how
+        many. Leases taken meanwhile are untouched: each page is checked atomically."""
+        cursor, removed = "0", 0
+        while True:
+            cursor, gone = await self._sweep(keys=[self.key], args=[cursor, _SWEEP_PAGE])
+            removed += int(gone)
+            if str(cursor) == "0":
+                return removed
 
 
 def _ms(seconds: float) -> str:

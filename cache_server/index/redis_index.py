@@ -15,7 +15,7 @@ Keys (all under ``prefix``, default ``rc:``)::
     hits            HASH    hash -> hit count
     refs:<digest>   SET     hashes whose result is the object <digest>
     expires         ZSET    hash -> expiry time, for entries stored with a lifetime
-    lease:<hash>    STRING  the run computing <hash> now (:mod:`.leases`)
+    leases          HASH    hash -> deadline, holder, estimate: who computes it now (:mod:`.leases`)
     stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
                             corrupt, evictions, stored_bytes, untrusted, expired,
                             overwrites

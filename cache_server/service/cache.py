@@ -33,6 +33,7 @@ Knows nothing of HTTP: bodies arrive as async iterables of bytes, failures are t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterator
@@ -84,6 +85,9 @@ _EVICTION_BATCH = 32
 LEFTOVER_AGE = 3600.0
 #: How long a store waits for another replica's eviction round before giving up (NoRoom).
 MAINTENANCE_WAIT = 60.0
+#: How often a replica deletes expired leases (when no other replica holds the
+#: maintenance lease): the leases hash holds at most what expired in that time.
+LEASE_SWEEP_SECONDS = 60.0
 
 
 class ResultCache:
@@ -214,6 +218,23 @@ class ResultCache:
             alone = False  # unknown: assume company (the index answers 503 meanwhile)
         age = 0.0 if alone else LEFTOVER_AGE
         return await to_thread.run_sync(self.storage.sweep_temporary, age)
+
+    async def sweep_leases(self) -> int:
+        """Delete expired leases under the maintenance lease (so one replica at a time);
+        0 without sweeping if another replica holds it (it evicts, or sweeps itself)."""
+        try:
+            async with self.maintenance.hold(wait=0):
+                return await self.leases.sweep()
+        except LockBusy:
+            return 0
+
+    async def keep_leases_swept(self) -> None:
+        """Sweep every ``LEASE_SWEEP_SECONDS`` forever (run as a task; cancel it to stop).
+        Redis being unreachable for a while only delays the next sweep."""
+        while True:
+            await asyncio.sleep(LEASE_SWEEP_SECONDS)
+            with suppress(RedisError, OSError):
+                await self.sweep_leases()
 
     async def check_health(self) -> None:
         """Return if the index answers, else raise :class:`IndexUnavailable`."""

@@ -59,6 +59,10 @@ class Leases:
         stored = await self.index.contains(task_hash)
         return LeaseState(lease.leased, stored, lease.ttl, lease.estimate)
 
+    async def sweep(self) -> int:
+        """Delete expired leases (caller holds the maintenance lease); how many."""
+        return await self.store.sweep()
+
     async def drop(self, *task_hashes: str) -> None:
         """The hashes are stored now: their leases end, whoever held them."""
         await self.store.drop(*task_hashes)

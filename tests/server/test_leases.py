@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import anyio
 import httpx
 import pytest
 
@@ -165,3 +166,53 @@ def test_overwrite_needs_a_write_token(fresh_server):
         assert reader.get(f"/v1/leases/{h}").status_code == 200
     with httpx.Client(base_url=server.url) as stranger:
         assert stranger.get(f"/v1/leases/{h}").status_code == 401
+
+
+# -- the leases hash (docs/architecture.md, "The Redis index"), in process ------------------
+
+
+@pytest.mark.anyio
+async def test_expired_leases_are_free_and_swept_under_the_maintenance_lease(make_cache):
+    cache = make_cache()
+    gone, kept = new_hash(), new_hash()
+    assert (await cache.leases.acquire([gone], "run-a", 0.05))[0] == [gone]
+    assert (await cache.leases.acquire([kept], "run-a", 60))[0] == [kept]
+    await anyio.sleep(0.1)
+    state = await cache.leases.state(gone)
+    assert not state.leased and state.ttl is None  # expired, even before the sweep
+    async with cache.maintenance.hold(wait=0):  # another replica's eviction round
+        assert await cache.sweep_leases() == 0
+    assert await cache.index.redis.hlen(cache.leases.store.key) == 2
+    assert await cache.sweep_leases() == 1
+    assert await cache.index.redis.hkeys(cache.leases.store.key) == [kept]
+    assert (await cache.sweep_leases()) == 0
+    # the expired hash goes to anyone; the live one stays its holder's
+    granted, stored, held = await cache.leases.acquire([gone, kept], "run-b", 60)
+    assert (granted, stored, held) == ([gone], [], [kept])
+    assert await cache.leases.release([gone, kept], "run-b") == 1
+
+
+@pytest.mark.anyio
+async def test_a_sweep_walks_a_hash_larger_than_its_page(make_cache):
+    cache = make_cache()
+    expired = [new_hash() for _ in range(2500)]
+    live = [new_hash() for _ in range(1500)]
+    await cache.leases.acquire(expired, "run-a", 0.05)
+    await cache.leases.acquire(live, "run-b", 60)
+    await anyio.sleep(0.1)
+    assert await cache.sweep_leases() == len(expired)
+    assert sorted(await cache.index.redis.hkeys(cache.leases.store.key)) == sorted(live)
+
+
+@pytest.mark.anyio
+async def test_repeated_hashes_are_answered_once_and_estimates_survive_a_re_lease(make_cache):
+    cache = make_cache()
+    h, k = new_hash(), new_hash()
+    assert await cache.leases.acquire([h, k, h, h], "run-a", 60) == ([h, k], [], [])
+    assert await cache.leases.renew([k, k], "run-a", 60, {k: 3.5}) == ([k], [])
+    assert (await cache.leases.acquire([k], "run-a", 60))[0] == [k]  # renewed by re-leasing
+    state = await cache.leases.state(k)
+    assert state.leased and state.estimate == 3.5 and 59 < state.ttl <= 60
+    assert await cache.leases.renew([h], "run-b", 60, {}) == ([], [h])  # not b's
+    assert await cache.leases.release([h, h, k], "run-a") == 2
+    assert not (await cache.leases.state(h)).leased

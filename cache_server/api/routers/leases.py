@@ -9,6 +9,7 @@ store); reading a lease's state needs a read token. Batches are bounded by
 from __future__ import annotations
 
 from fastapi import APIRouter
+from starlette.responses import Response
 
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, TaskHash
@@ -30,6 +31,10 @@ __all__ = ["router"]
 router = APIRouter(tags=["leases"])
 
 
+def _json_list(hashes: list[str]) -> str:
+    return '["' + '","'.join(hashes) + '"]' if hashes else "[]"
+
+
 def _well_formed(hashes: list[str]) -> list[str]:
     malformed = first_malformed(hashes)
     if malformed is not None:
@@ -37,13 +42,18 @@ def _well_formed(hashes: list[str]) -> list[str]:
     return hashes
 
 
-@router.post("/v1/leases", dependencies=[WriteAccess], responses=errors(403))
-async def acquire(body: LeaseRequest, cache: CacheDep) -> LeaseGrant:
+@router.post("/v1/leases", dependencies=[WriteAccess], responses=errors(403),
+             response_model=LeaseGrant)
+async def acquire(body: LeaseRequest, cache: CacheDep) -> Response:
     """Lease each hash to ``holder`` for ``ttl`` seconds unless it is stored or another
     holder leases it. A holder's own leases are renewed (idempotent)."""
     granted, stored, held = await cache.leases.acquire(_well_formed(body.hashes),
                                                        body.holder, body.ttl)
-    return LeaseGrant(granted=granted, stored=stored, held=held)
+    # Written directly, as the lookup's answer: the items are validated hex (100k hashes
+    # through the response model cost more than the rest of the route but Redis).
+    text = (f'{{"granted":{_json_list(granted)},"stored":{_json_list(stored)},'
+            f'"held":{_json_list(held)}}}')
+    return Response(text.encode("ascii"), media_type="application/json")
 
 
 @router.post("/v1/leases/renew", dependencies=[WriteAccess], responses=errors(403))
