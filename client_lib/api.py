@@ -200,6 +200,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             report.store_candidates = rewritten.wrapped
             lap("rewrite")
             leased |= take_leases(run, rewritten.specs.values(), hits)
+            report.leased = sum(s.lease == "held" for s in rewritten.specs.values())
             report.waited = sum(s.lease == "wait" for s in rewritten.specs.values())
             lap("lease")
             try:

@@ -1,9 +1,13 @@
 """In-flight deduplication: a lease per task hash while one run computes it.
 
 A run leases, right after its lookup, the hashes of the tasks it will compute and may
-store (docs/protocol.md, "Leases"), unless there are more than ``result-cache.lease-limit``
-of them (default 10000; 0 turns leases off): a wide graph of small tasks would pay more
-for the leases (~5-20 µs per task in Redis) than deduplication could save. Where another
+store (docs/protocol.md, "Leases") and that are worth it: a task whose function took less
+than one load's latency (``result-cache.auto.latency``) the last times it ran in this
+process is not leased, since waiting for another run's result and loading it would cost
+more than computing it, and a lease costs ~5-20 µs in Redis plus its release. Tasks never
+measured here are leased. No leases either when more than ``result-cache.lease-limit`` of
+them remain (default 10000; 0 turns leases off): a wide graph would pay more for them than
+deduplication could save. Where another
 run holds the lease, the task waits for that run's result instead of computing it too: it
 polls the lease, loads the entry once it is stored, takes the lease over if its holder let
 go (or died: a lease expires ``lease-ttl`` seconds after its last renewal), and computes
@@ -42,8 +46,8 @@ if TYPE_CHECKING:
     from .tasks import StoreRun, StoreSpec
     from .transport import CacheClient
 
-__all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
-           "take_leases", "wait_for_holder"]
+__all__ = ["LeaseKeeper", "Waited", "expected_seconds", "lease_ttl", "lease_wait",
+           "record_seconds", "release_leases", "take_leases", "wait_for_holder"]
 
 logger = logging.getLogger("client_lib")
 
@@ -51,6 +55,27 @@ logger = logging.getLogger("client_lib")
 MIN_TTL, MAX_TTL = 1.0, 3600.0
 _GRACE_SECONDS = 30.0
 _POLL_MIN, _POLL_MAX = 0.02, 0.2
+_LABELS_KEPT = 10_000
+_WEIGHT = 0.25  # of the newest measurement in a label's moving average
+# label (the task's function) -> its tasks' recent compute seconds in this process, a
+# moving average (one slow outlier, e.g. a thread pre-empted, fades within a few tasks)
+_label_seconds: dict[str, float] = {}
+
+
+def record_seconds(label: str, seconds: float) -> None:
+    """Note what a task of ``label`` took to compute here (every wrapped task, ~0.2 µs)."""
+    old = _label_seconds.get(label)
+    if old is None:
+        if len(_label_seconds) >= _LABELS_KEPT:  # forgetting only means leasing again
+            _label_seconds.clear()
+        _label_seconds[label] = seconds
+    else:  # not atomic across threads: a lost update only shifts an estimate
+        _label_seconds[label] = old + (seconds - old) * _WEIGHT
+
+
+def expected_seconds(label: str) -> float | None:
+    """What a task of ``label`` is expected to take here, or None if never measured."""
+    return _label_seconds.get(label)
 
 
 def lease_ttl() -> float:
@@ -85,7 +110,9 @@ def take_leases(run: StoreRun, specs: Iterable[StoreSpec],
     hashes the lookup found that this run computes anyway (refreshed, or distrusted after
     a failed load): never waited for. Returns the hashes leased. A server that cannot
     lease changes nothing (every task computes)."""
-    specs = list(specs)
+    floor = float(dask.config.get("result-cache.auto.latency", 0.005))
+    specs = [spec for spec in specs
+             if (seconds := _label_seconds.get(spec.label)) is None or seconds > floor]
     wanted = {spec.task_hash for spec in specs}
     limit = int(dask.config.get("result-cache.lease-limit", 10_000))
     if not wanted or len(wanted) > limit:
@@ -205,7 +232,6 @@ class LeaseKeeper:
         self._lock = threading.Condition()
         self._running: dict[tuple[str, str], _Held] = {}  # (holder, hash) -> lease
         self._released: dict[tuple[CacheClient, str], set[str]] = {}
-        self._seconds: dict[str, float] = {}  # label -> how long it took last time here
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
 
@@ -229,11 +255,9 @@ class LeaseKeeper:
                                                 name="result-cache-leases")
                 self._thread.start()
 
-    def finished(self, run: StoreRun, task_hash: str, stored: bool, seconds: float) -> None:
+    def finished(self, run: StoreRun, task_hash: str, stored: bool) -> None:
         with self._lock:
-            held = self._running.pop((run.run_id, task_hash), None)
-            if held is not None:
-                self._seconds[held.label] = seconds
+            self._running.pop((run.run_id, task_hash), None)
             if not stored:  # sent in a batch by the thread, within a quarter second
                 self._released.setdefault((run.cache, run.run_id), set()).add(task_hash)
 
@@ -254,7 +278,7 @@ class LeaseKeeper:
             if now - held.renewed >= held.ttl / 3:
                 held.renewed = now
                 due.setdefault((held.cache, holder, held.ttl), {})[task_hash] = (
-                    self._seconds.get(held.label))
+                    _label_seconds.get(held.label))
         return due
 
     def _loop(self) -> None:

@@ -43,6 +43,7 @@ class CacheReport:
     volatile: int = 0
     volatile_reasons: Counter = field(default_factory=Counter)
     untrusted: int = 0  # entries not loaded for a missing or wrong signature
+    leased: int = 0  # tasks this run leased: another run needing them waits for them here
     waited: int = 0  # tasks another run was computing when this one started
     waited_loaded: int = 0  # of those, loaded once the other run stored them
     fallback: str | None = None  # why the cache was (partly) bypassed

@@ -32,7 +32,7 @@ from .errors import (
     ResultCacheError,
 )
 from .handles import is_handle
-from .leases import LeaseKeeper, release_leases, wait_for_holder
+from .leases import LeaseKeeper, record_seconds, release_leases, wait_for_holder
 from .notices import warn_once
 from .policy import LARGE_BYTES, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
@@ -166,6 +166,7 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                  raised: list[RecordedWarning]) -> bool:
     """Offer a computed value to the policy; store it if chosen. Never raises; True if the
     server holds the value now."""
+    record_seconds(spec.label, seconds)  # which of its tasks are worth a lease next time
     if spec.run.run_id in _lost_runs:
         return False  # the server failed this run already: never wait on it again
     try:
@@ -289,7 +290,7 @@ def _run_leased(spec: StoreSpec, call: Callable[[], Any]) -> Any:
         stored = _maybe_store(spec, value, time.perf_counter() - start, raised)
     finally:
         if keeper is not None:
-            keeper.finished(run, spec.task_hash, stored, time.perf_counter() - start)
+            keeper.finished(run, spec.task_hash, stored)
     return value
 
 
