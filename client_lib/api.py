@@ -34,7 +34,7 @@ from .hashing import GraphHashes, hash_graph
 from .known import external_keys, has_known, known_hashes, remember
 from .leases import lease_ttl, lease_wait, release_leases, take_leases
 from .notices import warn_once
-from .policy import resolve_policy
+from .policy import AutoPolicy, resolve_policy
 from .report import CacheReport, set_last_report
 from .rewrite import cacheable_keys, rewrite
 from .runs import RunReporter, reporting
@@ -198,6 +198,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
             report.loaded_keys = rewritten.loaded_keys
             report.computed_keys = rewritten.computed_keys
             report.store_candidates = rewritten.wrapped
+            report.chain_links = rewritten.chained
             lap("rewrite")
             leased |= take_leases(run, rewritten.specs.values(), hits)
             report.leased = sum(s.lease == "held" for s in rewritten.specs.values())
@@ -270,8 +271,13 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         report.store_decisions += worker_decisions(owner, run.run_id)
         stored = worker_stored(owner, run.run_id) if reporter is not None else stored
     if _is_local(schedule) or counts:
-        report.stored = counts.get("stored", 0)
-        report.waited_loaded = counts.get("waited-loaded", 0)
+        report.stored = int(counts.get("stored", 0))
+        report.stored_bytes = int(counts.get("stored-bytes", 0))
+        report.over_budget = int(counts.get("over-budget", 0))
+        report.waited_loaded = int(counts.get("waited-loaded", 0))
+        if isinstance(store_policy, AutoPolicy) and "compute-seconds" in counts:
+            report.store_budget = (counts["store-seconds"],
+                                   counts["compute-seconds"] * store_policy.budget)
     lost = server_lost(run.run_id)
     if lost is not None and report.fallback is None:
         report.fallback = f"cache server failed during the run, later stores skipped ({lost})"

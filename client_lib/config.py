@@ -40,6 +40,12 @@ DEFAULTS = {
             # process has not loaded yet (client_lib/speeds.py learns the real ones).
             "latency": 0.005,  # seconds per load request
             "throughput": 150e6,  # bytes per second a load achieves
+            # The run's store budget (client_lib/budget.py): the intermediates a run stores
+            # may take this fraction of the seconds its tasks computed, in store seconds
+            # (latency + bytes at the learned store speed, before any at the default).
+            "store-budget": 0.1,
+            "store-latency": 0.001,  # seconds per stored result (batched: little)
+            "store-throughput": 100e6,  # bytes per second a store achieves
         },
     }
 }

@@ -131,11 +131,11 @@ def worker_stored(client: Any, run_id: str) -> set[str]:
     return set().union(*per_worker.values())
 
 
-def worker_counts(client: Any, run_id: str) -> dict[str, int]:
+def worker_counts(client: Any, run_id: str) -> dict[str, float]:
     """What the tasks of ``run_id`` counted on every worker (and forget it there)."""
     from .tasks import pop_counts
 
-    total: dict[str, int] = {}
+    total: dict[str, float] = {}
     try:
         per_worker = client.run(pop_counts, run_id)
     except Exception:  # a worker that left takes its counts with it: the report says less

@@ -5,7 +5,8 @@ A policy is consulted twice: before the run (``wraps``: may this task be stored 
 so it is worth wrapping) and on the worker after the task ran (``may_store``, a cheap
 shortcut, then ``should_store`` with the measured compute time and result size). One
 class per mode; :func:`resolve_policy` turns the user's ``"auto" | "all" | "outputs" |
-"none" | callable`` into one.
+"none" | callable`` into one. ``auto`` also weighs the run, not each result alone
+(:mod:`client_lib.budget` keeps the run's side: chain links, the store budget).
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.config
 
 __all__ = [
     "LARGE_BYTES",
+    "OVER_BUDGET",
     "AllPolicy",
     "AutoPolicy",
     "CallablePolicy",
@@ -33,6 +35,8 @@ __all__ = [
 #: Results this large are "large": ``auto`` stores them, outputs included, only when they
 #: pay back, and the run report says why each was or was not stored.
 LARGE_BYTES = 2**20
+#: Why an intermediate that pays was not stored (the run report counts these).
+OVER_BUDGET = "over the run's store budget"
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,20 @@ class Candidate:
     kind: str = "pickle"
     load_seconds: float | None = None
     load_samples: int = 0
+    # Storing: this process's learned store seconds per byte (None: the default), and
+    # what the run computed and admitted to store so far in this process (None: a
+    # result weighed alone, outside a run).
+    store_rate: float | None = None
+    run_compute_seconds: float | None = None
+    run_store_seconds: float = 0.0
 
 
 class Policy(ABC):
     """What to store. Subclasses are frozen dataclasses: they travel to the workers."""
+
+    #: Whether the policy weighs the run (client_lib/budget.py): links of chains are
+    #: skipped before the run, intermediates share the run's store budget.
+    weighs_the_run: ClassVar[bool] = False
 
     def wraps(self, is_output: bool) -> bool:
         """Whether a task's result could be stored at all (decided before the run)."""
@@ -75,10 +89,15 @@ class Policy(ABC):
         stored = self.should_store(c)
         return stored, f"policy {type(self).__name__} says {'store' if stored else 'skip'}"
 
+    def budget_seconds(self, c: Candidate) -> float:
+        """What storing ``c`` takes from the run's store budget (``weighs_the_run``)."""
+        return 0.0
+
 
 @dataclass(frozen=True)
 class AutoPolicy(Policy):
-    """Store a result when recomputing it costs more than loading it back.
+    """Store a result when recomputing it costs more than loading it back, within what the
+    run can afford.
 
     Recomputing costs its own time plus its uncached upstream chain (as dask/cache.py
     counts it). Loading costs what loads of that kind and size took on this worker
@@ -87,13 +106,30 @@ class AutoPolicy(Policy):
     delivers). Requested outputs are stored unless they are large (``LARGE_BYTES``) and
     would not pay back: a 2 GiB array computed in 4 s that takes 14 s to load is
     recomputed, not stored.
+
+    Intermediates that pay are stored only within the run's store budget: their store
+    seconds (``store_latency`` + bytes at the learned store speed, or at
+    ``store_throughput``) may add up to ``budget`` times the seconds the run computed so
+    far (client_lib/budget.py); and a link of a chain whose later step may be stored is
+    not stored at all (decided before the run).
     """
 
+    weighs_the_run: ClassVar[bool] = True
     latency: float = 0.005
     throughput: float = 150e6
+    budget: float = 0.1
+    store_latency: float = 0.001
+    store_throughput: float = 100e6
 
     def load_seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.throughput
+
+    def store_seconds(self, c: Candidate) -> float:
+        rate = c.store_rate if c.store_rate is not None else 1 / self.store_throughput
+        return self.store_latency + c.nbytes * rate
+
+    def budget_seconds(self, c: Candidate) -> float:
+        return 0.0 if c.is_output else self.store_seconds(c)
 
     def may_store(self, cost_seconds: float, is_output: bool) -> bool:
         # Loading costs at least the latency, whatever the size.
@@ -115,7 +151,16 @@ class AutoPolicy(Policy):
                f"({basis})")
         if c.is_output and not pays and c.nbytes < LARGE_BYTES:
             return True, f"requested output; {why}"
-        return pays, why
+        if not pays or c.is_output or c.run_compute_seconds is None:
+            return pays, why
+        cost = self.store_seconds(c)
+        allowed = self.budget * c.run_compute_seconds
+        budget = (f"storing it ~{cost:.3g} s, the run's stores {c.run_store_seconds:.3g} s "
+                  f"of {allowed:.3g} s ({self.budget:.0%} of {c.run_compute_seconds:.3g} s "
+                  "computed)")
+        if c.run_store_seconds + cost > allowed:
+            return False, f"{OVER_BUDGET}: {budget}; {why}"
+        return True, f"{why}; within the run's store budget: {budget}"
 
 
 @dataclass(frozen=True)
@@ -172,9 +217,13 @@ def resolve_policy(policy: Any = None) -> Policy:
     if callable(policy):
         return CallablePolicy(policy)
     if policy == "auto":
+        get = dask.config.get
         return AutoPolicy(
-            latency=float(dask.config.get("result-cache.auto.latency", 0.005)),
-            throughput=float(dask.config.get("result-cache.auto.throughput", 150e6)),
+            latency=float(get("result-cache.auto.latency", 0.005)),
+            throughput=float(get("result-cache.auto.throughput", 150e6)),
+            budget=float(get("result-cache.auto.store-budget", 0.1)),
+            store_latency=float(get("result-cache.auto.store-latency", 0.001)),
+            store_throughput=float(get("result-cache.auto.store-throughput", 100e6)),
         )
     if policy in _NAMED:
         return _NAMED[policy]()

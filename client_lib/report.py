@@ -50,6 +50,15 @@ class CacheReport:
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
     # why each large result (>= 1 MiB) was or was not stored, where the policy decided
     store_decisions: list[str] = field(default_factory=list)
+    stored_bytes: int = 0  # of the results stored (as encoded, or as measured)
+    # Why the other candidates were not stored (the ``auto`` policy, client_lib/budget.py):
+    # links of chains whose later step is a candidate, results that paid but did not fit
+    # the run's store budget; the rest cost less to recompute than to load (or were
+    # ``None``, handles).
+    chain_links: int = 0
+    over_budget: int = 0
+    # (estimated store seconds the run's intermediates took, seconds allowed): the budget
+    store_budget: tuple[float, float] | None = None
     loaded_keys: list[Hashable] = field(default_factory=list)
     computed_keys: list[Hashable] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -58,7 +67,8 @@ class CacheReport:
         if self.stored is None:  # a process pool: its stores are not counted here
             stored = f"{self.store_candidates} store candidates (stores not counted)"
         else:
-            stored = f"stored {self.stored} of {self.store_candidates} candidates"
+            stored = (f"stored {self.stored} of {self.store_candidates} candidates "
+                      f"({self.stored_bytes / 2**20:.1f} MiB)")
         lines = [
             f"result cache {self.cache_url or '(none)'} namespace={self.namespace!r}",
             f"  tasks {self.tasks}: cacheable {self.cacheable}, hits {self.hits}, "
@@ -66,6 +76,13 @@ class CacheReport:
             f"{stored}, "
             f"volatile {self.volatile}",
         ]
+        if self.chain_links or self.over_budget:
+            lines.append(f"  not stored: {self.chain_links} links of chains (a later step is "
+                         f"the candidate), {self.over_budget} over the run's store budget")
+        if self.store_budget is not None:
+            spent, allowed = self.store_budget
+            lines.append(f"  store budget: intermediates ~{spent:.3g} s of {allowed:.3g} s "
+                         "allowed (result-cache.auto.store-budget)")
         for reason, n in self.volatile_reasons.most_common(10):
             lines.append(f"  volatile x{n}: {reason}")
         if self.untrusted:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 
+from .budget import mark_chain_links
 from .expiry import default_ttl, parse_ttl
 from .graph import Materialized
 from .hashing import GraphHashes
@@ -36,6 +37,7 @@ class Rewritten:
     loaded_keys: list[Key]  # keys (of the unfused graph) that became loads
     computed_keys: list[Key]  # tasks that run
     specs: dict[Key, StoreSpec]  # the store wrappers, by key (leases are set on them)
+    chained: int = 0  # of the wrapped, links of chains: never stored (client_lib/budget.py)
 
 
 def _trivial(node: Task) -> bool:
@@ -106,11 +108,12 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
                                        (), ttl, replace)
         stack.extend(node.dependencies)
+    chained = mark_chain_links(specs, kept) if policy.weighs_the_run else 0
     _link_upstream(specs, kept, loaded_keys, task_hashes, order)
     executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
-                     loaded_keys, computed_keys, specs)
+                     loaded_keys, computed_keys, specs, chained)
 
 
 def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],

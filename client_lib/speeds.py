@@ -1,6 +1,7 @@
 """How fast this process loads results back: learned from its own recent loads, per kind
 of object and size class, so the ``auto`` policy stores only what pays back
-(docs/architecture.md, "The rewrite": Policy).
+(docs/architecture.md, "The rewrite": Policy). And how fast it stores them, for the run's
+store budget (:class:`StoreSpeeds`).
 
 Every :meth:`CacheClient.get <client_lib.transport.CacheClient.get>` records its kind, size
 and wall time (request, transfer or direct read, digest, decode). Until a class has
@@ -16,7 +17,7 @@ import statistics
 import threading
 from collections import deque
 
-__all__ = ["LOAD_SPEEDS", "SIZE_CLASSES", "LoadSpeeds"]
+__all__ = ["LOAD_SPEEDS", "SIZE_CLASSES", "STORE_SPEEDS", "LoadSpeeds", "StoreSpeeds"]
 
 #: Upper bounds of the size classes (bytes): small objects cost their latency, large ones
 #: their bytes; direct reads and HTTP differ most for the largest.
@@ -57,4 +58,31 @@ class LoadSpeeds:
             self._samples.clear()
 
 
+class StoreSpeeds:
+    """Recent store requests (one ``PUT``, or one batch of small results) of at least
+    ``min_bytes``, where the bytes dominate the request's time: the median seconds per
+    byte. Smaller requests would price a byte by their latency."""
+
+    def __init__(self, min_bytes: int = SIZE_CLASSES[0]) -> None:
+        self.min_bytes = min_bytes
+        self._rates: deque[float] = deque(maxlen=_SAMPLES)
+        self._lock = threading.Lock()
+
+    def record(self, nbytes: int, seconds: float) -> None:
+        if nbytes >= self.min_bytes and seconds > 0:
+            with self._lock:
+                self._rates.append(seconds / nbytes)
+
+    def rate(self) -> float | None:
+        """Seconds per byte, or None before any store large enough."""
+        with self._lock:
+            rates = list(self._rates)
+        return statistics.median(rates) if rates else None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rates.clear()
+
+
 LOAD_SPEEDS = LoadSpeeds()
+STORE_SPEEDS = StoreSpeeds()

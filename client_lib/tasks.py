@@ -23,7 +23,7 @@ from typing import Any
 
 from dask.sizeof import sizeof
 
-from . import codec
+from . import budget, codec
 from .errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
@@ -34,9 +34,9 @@ from .errors import (
 from .handles import is_handle
 from .leases import LeaseKeeper, record_seconds, release_leases, wait_for_holder
 from .notices import warn_once
-from .policy import LARGE_BYTES, Candidate, Policy
+from .policy import LARGE_BYTES, OVER_BUDGET, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
-from .speeds import LOAD_SPEEDS
+from .speeds import LOAD_SPEEDS, STORE_SPEEDS
 from .store_queue import MAX_OBJECT_BYTES, Queued, StoreQueue
 from .transport import CacheClient
 
@@ -85,6 +85,7 @@ class StoreSpec:
     ttl: float | None = None  # seconds the entry lives; None: until evicted
     overwrite: bool = False  # refresh: replace the entry, whatever the policy says
     lease: str | None = None  # "held": this run leased the hash; "wait": another run did
+    chain_next: str | None = None  # a link of a chain going on to this label (budget.py)
 
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
@@ -138,10 +139,21 @@ def count(run_id: str, what: str, n: int = 1) -> None:
         _run_counts[run_id][what] += n
 
 
-def pop_counts(run_id: str) -> dict[str, int]:
-    """What the tasks of ``run_id`` did in *this* process (all of it on local schedulers)."""
+def _stored(run_id: str, task_hash: str, nbytes: int) -> None:
     with _lock:
-        return dict(_run_counts.pop(run_id, {}))
+        counts = _run_counts[run_id]
+        counts["stored"] += 1
+        counts["stored-bytes"] += nbytes
+        _run_stored[run_id].add(task_hash)
+
+
+def pop_counts(run_id: str) -> dict[str, float]:
+    """What the tasks of ``run_id`` did in *this* process (all of it on local schedulers),
+    with what they computed and spent on stores (client_lib/budget.py)."""
+    with _lock:
+        counts: dict[str, float] = dict(_run_counts.pop(run_id, {}))
+    counts.update(budget.pop_budget(run_id))
+    return counts
 
 
 def pop_stored(run_id: str) -> set[str]:
@@ -173,23 +185,30 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
         warned = _warnings_with_upstream(spec, raised)
+        run = spec.run
+        budget.add_compute(run.run_id, seconds)
         if value is None or is_handle(value):
             return False  # a side effect's marker, or a handle: a load could not stand for it
-        run = spec.run
-        if not spec.overwrite and not run.policy.may_store(seconds + upstream, spec.is_output):
+        if not spec.overwrite and (spec.chain_next is not None or not run.policy.may_store(
+                seconds + upstream, spec.is_output)):
             # No size measured (the shortcut exists to skip it); an array says its own.
             nbytes = getattr(value, "nbytes", 0)
             if isinstance(nbytes, int) and nbytes >= LARGE_BYTES:
+                why = (f"a link of a chain going on to {spec.chain_next}" if spec.chain_next
+                       else f"recompute {seconds + upstream:.3g} s costs less than any load")
                 _note_decision(run.run_id, f"{spec.label} ({_size(nbytes)}): not stored: "
-                               f"recompute {seconds + upstream:.3g} s costs less than any "
-                               "load")
+                               f"{why}")
             return False
         nbytes = sizeof(value)
         kind = codec.kind_of(value)
         learned = LOAD_SPEEDS.estimate(kind, nbytes)
         candidate = Candidate(spec.task_hash, spec.label, seconds, upstream, nbytes,
-                              spec.is_output, kind, *(learned or (None, 0)))
-        chosen, why = (True, "refresh") if spec.overwrite else run.policy.decide(candidate)
+                              spec.is_output, kind, *(learned or (None, 0)),
+                              store_rate=STORE_SPEEDS.rate())
+        chosen, why = ((True, "refresh") if spec.overwrite
+                       else budget.decide(run.run_id, run.policy, candidate))
+        if not chosen and why.startswith(OVER_BUDGET):
+            count(run.run_id, "over-budget")
         if nbytes >= LARGE_BYTES:
             _note_decision(run.run_id, f"{spec.label} ({_size(nbytes)}): "
                            f"{'stored' if chosen else 'not stored'}: {why}")
@@ -204,9 +223,7 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
             # of what recomputing costs, for the policy).
             if run.cache.put(spec.task_hash, payload, seconds, spec.label,
                              ttl=spec.ttl, overwrite=spec.overwrite):
-                count(run.run_id, "stored")
-                with _lock:
-                    _run_stored[run.run_id].add(spec.task_hash)
+                _stored(run.run_id, spec.task_hash, nbytes)
                 return True
             if spec.overwrite:  # no room for the new value: never serve the old one
                 run.cache.delete(spec.task_hash)
@@ -232,9 +249,7 @@ def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float) -> None:
 
     def done(stored: bool) -> None:
         if stored:
-            count(run.run_id, "stored")
-            with _lock:
-                _run_stored[run.run_id].add(spec.task_hash)
+            _stored(run.run_id, spec.task_hash, enc.nbytes)
         elif spec.lease is not None:  # held (or taken over from a holder that let go)
             release_leases(run, [spec.task_hash])
 

@@ -41,7 +41,7 @@ from .errors import (
 )
 from .notices import warn_once
 from .signing import SigningKey, configured_key
-from .speeds import LOAD_SPEEDS
+from .speeds import LOAD_SPEEDS, STORE_SPEEDS
 
 __all__ = ["CacheClient", "direct_read_mode"]
 
@@ -323,6 +323,7 @@ class CacheClient:
             headers["X-Result-TTL"] = repr(float(ttl))
         # memoryview slices of the value itself: h11 copies each once into the request
         # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
+        start = time.perf_counter()
         try:
             response = self._request("PUT", f"/v1/objects/{task_hash}", body=enc.chunks,
                                      headers=headers,
@@ -331,6 +332,7 @@ class CacheClient:
             self._store_refused = exc
             raise
         if response.status_code in (200, 201):
+            STORE_SPEEDS.record(enc.nbytes, time.perf_counter() - start)
             return True
         if response.status_code in (413, 507):  # too large / no space: not an error
             return False
@@ -361,6 +363,7 @@ class CacheClient:
             header = json.dumps(meta, separators=(",", ":")).encode()
             parts += [len(header).to_bytes(4, "big"), header, enc.body]
         payload = b"".join(parts)
+        start = time.perf_counter()
         try:
             response = self._request("POST", "/v1/objects/batch", body=lambda: payload,
                                      headers={"Content-Type": "application/x-result-batch"})
@@ -368,6 +371,7 @@ class CacheClient:
             self._store_refused = exc
             raise
         _expect(response, 200)
+        STORE_SPEEDS.record(len(payload), time.perf_counter() - start)
         results = response.json()["results"]
         if len(results) != len(items):
             raise CacheProtocolError(f"batch of {len(items)} answered with {len(results)}")

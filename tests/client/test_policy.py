@@ -3,6 +3,7 @@ shortcut before measuring a result's size never changes a decision."""
 
 from __future__ import annotations
 
+import dask
 import pytest
 
 from client_lib.policy import AutoPolicy, Candidate, resolve_policy
@@ -80,3 +81,36 @@ def test_a_callable_decides_and_an_unknown_name_is_refused() -> None:
     assert not policy.should_store(_candidate(0.0, 100))
     with pytest.raises(ValueError, match="unknown cache policy 'sometimes'"):
         resolve_policy("sometimes")
+
+
+def test_auto_stores_intermediates_within_the_run_budget_only() -> None:
+    """Inside a run (``run_compute_seconds`` known) an intermediate that pays is stored
+    only if its store seconds fit ``budget`` x the run's compute; outputs never use it."""
+    policy = AutoPolicy(latency=0.005, throughput=1e9, budget=0.1, store_latency=0.001,
+                        store_throughput=1e8)
+    result = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0)
+    assert policy.store_seconds(result) == pytest.approx(0.101)
+    stored, why = policy.decide(result)  # 0.101 s of 0.2 s
+    assert stored and why.endswith("within the run's store budget: storing it ~0.101 s, "
+                                   "the run's stores 0 s of 0.2 s (10% of 2 s computed)")
+    spent = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0,
+                      run_store_seconds=0.15)
+    stored, why = policy.decide(spent)
+    assert not stored and why.startswith("over the run's store budget: storing it ~0.101 s")
+    assert policy.budget_seconds(result) == pytest.approx(0.101)
+    learned = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, store_rate=1e-9,
+                        run_compute_seconds=2.0, run_store_seconds=0.15)
+    assert policy.decide(learned)[0]  # stores at 1 GB/s: 0.011 s fits
+    output = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, True, run_compute_seconds=0.0)
+    assert policy.decide(output)[0] and policy.budget_seconds(output) == 0.0
+    cheap = Candidate("0" * 32, "f", 0.0001, 0.0, 10**7, False, run_compute_seconds=100.0)
+    assert not policy.decide(cheap)[0]  # does not pay, whatever the budget
+
+
+def test_the_store_budget_comes_from_config() -> None:
+    with dask.config.set({"result-cache.auto.store-budget": 0.25,
+                          "result-cache.auto.store-throughput": 5e8}):
+        policy = resolve_policy("auto")
+    assert isinstance(policy, AutoPolicy) and policy.weighs_the_run
+    assert (policy.budget, policy.store_throughput) == (0.25, 5e8)
+    assert not any(resolve_policy(p).weighs_the_run for p in ("all", "outputs", "none"))
