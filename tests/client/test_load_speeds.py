@@ -68,10 +68,12 @@ def test_large_results_are_stored_only_when_they_pay_and_explain_says_why(cache_
 
 def test_a_cheap_large_intermediate_is_explained_too(cache_server):
     """An intermediate cheaper than any load is skipped before its size is measured; an
-    array still says why."""
+    array still says why. (Any load costs at least 1 s here: on a loaded machine even
+    ``np.zeros`` can take longer than the default 5 ms latency.)"""
     ns = uuid.uuid4().hex
     total = dask.delayed(np.sum, pure=True)(dask.delayed(zeros, pure=True)(2 * MIB))
-    cached_compute(total, cache=cache_server.url, namespace=ns, scheduler="threads")
+    with dask.config.set({"result-cache.auto.latency": 1.0}):
+        cached_compute(total, cache=cache_server.url, namespace=ns, scheduler="threads")
     (line,) = [d for d in last_report().store_decisions if d.startswith("zeros")]
     assert line.startswith("zeros (16.0 MiB): not stored: recompute ")
     assert line.endswith("s costs less than any load")
