@@ -35,10 +35,13 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numcodecs
 import numpy as np
@@ -47,6 +50,7 @@ import zarr
 from zarr.codecs import BloscCodec, BytesCodec
 from zarr.storage import LocalStore
 
+from storage._atomic import fsync_file
 from storage._directory import DirectoryStore, Payload, Pieces
 from storage.base import Sidecar
 from storage.errors import CorruptObject, ObjectNotFound
@@ -287,10 +291,15 @@ def _regions(shape: tuple[int, ...], chunks: tuple[int, ...]) -> Iterator[tuple[
 
 
 class _ZarrPayload(Payload):
-    """Writes each chunk as soon as its bytes are in: a piece that covers a whole chunk is
-    written from the piece itself, other bytes are gathered in one buffer of at most a
-    chunk (allocated when the first such byte arrives, never from the declared size alone).
-    The array is created with the first chunk, whose sample decides the compression."""
+    """Writes each chunk as soon as its bytes are in. The array is created with the first
+    chunk, whose sample decides the compression: that chunk is gathered in one buffer of at
+    most a chunk (allocated when the first byte arrives, never from the declared size
+    alone), unless one piece covers it. After it, chunks without a codec go straight from
+    the pieces to their files, hashed as they pass (no buffer, no copy); compressed chunks
+    are gathered and written through Zarr. Every chunk file is fsynced in the background
+    (``_SYNCS``) once written, so the disk works while the next chunks arrive; ``finish``
+    waits for those fsyncs (the writer's commit still fsyncs the whole tree before the
+    rename, which costs little for files already clean)."""
 
     def __init__(self, directory: Path, header: ObjectHeader) -> None:
         assert header.shape is not None
@@ -306,6 +315,9 @@ class _ZarrPayload(Payload):
         self._filled = 0
         self._digests: list[str] = []
         self._raw = False  # chunk files written as they are (decided with the array)
+        self._file: BinaryIO | None = None  # the raw chunk file being written
+        self._hasher: xxhash.xxh3_128 | None = None  # ... and its running chunk digest
+        self._syncs: list[Future[None]] = []
         self._next_region()
 
     def _next_region(self) -> None:
@@ -317,54 +329,95 @@ class _ZarrPayload(Payload):
     def write(self, view: memoryview) -> None:
         while view.nbytes and self._region is not None:
             need = self._size - self._filled
-            if not self._filled and view.nbytes >= need:
-                self._store(view[:need])
-                view = view[need:]
-                continue
-            if self._buffer is None:
-                self._buffer = bytearray(self._itemsize * math.prod(self._chunks))
             take = min(need, view.nbytes)
-            self._buffer[self._filled:self._filled + take] = view[:take]
-            self._filled += take
+            if self._raw:
+                self._append_raw(view[:take])
+            elif not self._filled and take == need:
+                self._store(view[:need])
+            else:
+                if self._buffer is None:
+                    self._buffer = bytearray(self._itemsize * math.prod(self._chunks))
+                self._buffer[self._filled:self._filled + take] = view[:take]
+                self._filled += take
+                if self._filled == self._size:
+                    self._filled = 0
+                    self._store(memoryview(self._buffer)[:self._size])
             view = view[take:]
-            if self._filled == self._size:
-                self._filled = 0
-                self._store(memoryview(self._buffer)[:self._size])
 
     def _store(self, piece: memoryview) -> None:
+        """One whole chunk (the first, or any compressed one)."""
         assert self._region is not None
         if self._array is None:
             self._array = _create(self._directory, self._shape, self._chunks, self._stored, piece)
-            self._raw = _raw_chunks(self._array, self._stored)
+            if _raw_chunks(self._array, self._stored):
+                self._raw = True
+                self._buffer = None
+                self._append_raw(piece)
+                return
         self._digests.append(xxhash.xxh3_128_hexdigest(piece))
-        if self._raw:
-            self._write_chunk_file(piece)
-        else:
-            self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(
-                self._dims)
+        self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(
+            self._dims)
+        self._syncs.append(_SYNCS.submit(fsync_file, self._chunk_path()))
         self._next_region()
 
-    def _write_chunk_file(self, piece: memoryview) -> None:
-        """Without a codec a chunk file is the chunk's bytes: written from the piece as it
-        is (Zarr would copy it on the way). An edge chunk's file is padded to the whole
-        chunk, as Zarr pads it (the padding is never read back as data)."""
+    def _chunk_path(self) -> Path:
         assert self._array is not None and self._region is not None
-        key = self._array.metadata.encode_chunk_key(tuple(
+        return self._directory / self._array.metadata.encode_chunk_key(tuple(
             r.start // c for r, c in zip(self._region, self._chunks, strict=True)))
-        path = self._directory / key
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb", buffering=0) as f:
-            view = piece
-            while view:
-                view = view[f.write(view):]
-            f.truncate(self._itemsize * math.prod(self._chunks))
+
+    def _append_raw(self, piece: memoryview) -> None:
+        """Without a codec a chunk file is the chunk's bytes: written from the pieces as
+        they come (Zarr would copy them on the way). An edge chunk's file is padded to the
+        whole chunk, as Zarr pads it (the padding is never read back as data)."""
+        if self._file is None:
+            path = self._chunk_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed below
+            self._hasher = xxhash.xxh3_128()
+        assert self._hasher is not None
+        self._hasher.update(piece)
+        view = piece
+        while view:
+            view = view[self._file.write(view):]
+        self._filled += piece.nbytes
+        if self._filled < self._size:
+            return
+        self._file.truncate(self._itemsize * math.prod(self._chunks))
+        self._digests.append(self._hasher.hexdigest())
+        self._syncs.append(_SYNCS.submit(_sync_and_close, self._file))
+        self._file, self._hasher, self._filled = None, None, 0
+        self._next_region()
 
     def finish(self) -> None:
         # An empty array has no chunk; a short body is refused by the digest check.
         if self._array is None:
             _create(self._directory, self._shape, self._chunks, self._stored, b"")
-        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps({"digests": self._digests}))
         self._buffer = None
+        self._close_file()
+        syncs, self._syncs = self._syncs, []
+        for sync in syncs:
+            sync.result()  # an fsync's error fails the write
+        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps({"digests": self._digests}))
 
     def close(self) -> None:
         self._buffer = None
+        self._close_file()
+        syncs, self._syncs = self._syncs, []
+        wait(syncs)  # before the directory goes
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+#: fsyncs of written chunk files, overlapping the rest of the upload (the disk, not the CPU,
+#: is what they wait for).
+_SYNCS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chunk-fsync")
+
+
+def _sync_and_close(file: BinaryIO) -> None:
+    try:
+        os.fsync(file.fileno())
+    finally:
+        file.close()

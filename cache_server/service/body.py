@@ -3,14 +3,16 @@
 A 256 MiB body sent as one ``bytes`` object moves at ~0.1 GB/s, streamed in ~1 MiB pieces at
 0.4-1.6 GB/s (docs/architecture.md, "Storage and transport facts"). Pieces are read on the
 event loop and only then handed to a worker thread for the disk, so no thread ever waits on
-a client (docs/architecture.md, "Bounds").
+a client (docs/architecture.md, "Bounds"); the next piece is read while the previous one is
+written, so the network and the disk work at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, Callable
 
-from anyio import fail_after
+from anyio import CancelScope, fail_after, to_thread
 
 from cache_server.service.errors import BodyTimeout
 
@@ -64,6 +66,27 @@ class UploadBody:
                 return chunk  # already large: no copy
             buffer += chunk
         return buffer or None
+
+    async def write_to(self, write: Callable[[bytes | bytearray], object]) -> None:
+        """Hand every piece to ``write`` in a worker thread, one call at a time, reading
+        the next piece meanwhile (at most two pieces held). Returns once the last call
+        returned; the first error (of a read or a write) propagates, and no call is still
+        running when this returns or raises."""
+        pending: asyncio.Future | None = None
+        try:
+            while (piece := await self.read_piece()) is not None:
+                if pending is not None:
+                    await pending
+                pending = asyncio.ensure_future(to_thread.run_sync(write, piece))
+            if pending is not None:
+                await pending
+        finally:
+            if pending is not None:
+                if not pending.done():  # the caller cleans up after this: wait for the call
+                    with CancelScope(shield=True):
+                        await asyncio.wait([pending])
+                if not pending.cancelled():
+                    pending.exception()  # seen: the error that ended the loop propagates
 
     async def drain(self) -> None:
         """Read and discard the rest of the body (still enforcing the limits)."""

@@ -272,8 +272,7 @@ class ResultCache:
         writer = await to_thread.run_sync(lambda: self.storage.open_writer(
             upload.header, digest=upload.digest, task=reference, type_name=upload.type_name))
         try:
-            while (piece := await body.read_piece()) is not None:
-                await to_thread.run_sync(writer.write, piece)
+            await body.write_to(writer.write)
             # The task hash's lock first, then the digest's (never the other way round):
             # uploads of one hash publish one at a time, so a loser never evicts.
             async with self.locks.hold(f"task:{upload.task_hash}"), \
