@@ -11,6 +11,7 @@ callers decide how to degrade.
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import logging
@@ -18,8 +19,10 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import dask.config
@@ -59,6 +62,8 @@ _FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
 _UNTRUSTED = "no valid signature for result-cache.signing-key; not loaded"
 _LEASE_BATCH = 100_000  # the server's default max_lease_hashes
 _NOT_DIRECT: Any = object()  # "read it over HTTP"
+#: Bytes asked of the socket per ``readinto`` of a download (then hashed while in cache).
+_READ_BYTES = 1 << 20
 
 
 class CacheClient:
@@ -102,6 +107,8 @@ class CacheClient:
         self._store_refused: CacheAccessDenied | None = None
         # Set once a location proves this process cannot see the server's storage.
         self._storage_unseen = False
+        # Each thread's kept-alive download connection per server (see _download).
+        self._downloads = threading.local()
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
@@ -149,6 +156,9 @@ class CacheClient:
         if self._http is not None:
             self._http.close()
             self._http = None
+        for conn in getattr(self._downloads, "conns", {}).values():
+            conn.close()
+        self._downloads = threading.local()
 
     def _request(self, method: str, path: str, *,
                  body: Callable[[], Iterable[Any]] | None = None,
@@ -411,21 +421,61 @@ class CacheClient:
         path = f"/v1/objects/{task_hash}"
         for attempt in range(_BUSY_RETRIES + 1):
             try:
-                with self.http.stream("GET", base + path) as response:
+                with self._download(base, path) as (response, readinto):
                     wait = _busy_wait(response) if attempt < _BUSY_RETRIES else None
                     if wait is None:
-                        return self._take_object(task_hash, response)
+                        return self._take_object(task_hash, response, readinto)
             except CacheEntryUntrusted:
                 self.report_untrusted(task_hash)
                 raise
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, http.client.HTTPException, OSError) as exc:
                 raise CacheUnavailable(f"GET {base}{path} failed: {exc}") from exc
             except KeyError as exc:
                 raise CacheProtocolError(f"GET {path}: missing header {exc}") from None
             time.sleep(wait)  # busy (downloads in flight), not lost: ask again when told
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _take_object(self, task_hash: str, response: httpx.Response) -> Any:
+    @contextmanager
+    def _download(self, base: str, path: str
+                  ) -> Iterator[tuple[httpx.Response, Callable[[memoryview], int]]]:
+        """``GET base + path``: the response (status and headers; a body other than a
+        200's already read) and a ``readinto`` that fills the caller's buffer from the
+        body. Plain ``http://`` servers without a proxy are read through ``http.client``
+        on a kept-alive connection per thread: its ``readinto`` takes the body from the
+        socket straight into the value's buffer, where httpx reads 64 KiB at a time
+        through h11 (four copies and ~16k Python steps per GiB: a 1 GiB load cost 2.7-3.4
+        CPU-seconds in the client, BENCHMARKS.md, measure 5). Others go through httpx."""
+        if not _plain_http(base):
+            with self.http.stream("GET", base + path) as response:
+                yield response, _readinto_from(response.iter_raw())
+            return
+        conns: dict[str, http.client.HTTPConnection] = self._downloads.__dict__.setdefault(
+            "conns", {})
+        conn = conns.pop(base, None)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        try:
+            raw = _send_get(conn, base, path, headers) if conn else None
+        except (http.client.HTTPException, OSError):
+            conn.close()  # the server closed the kept-alive connection meanwhile
+            raw = None
+        if raw is None:
+            conn = _connect(base)
+            raw = _send_get(conn, base, path, headers)
+        assert conn is not None
+        request = httpx.Request("GET", base + path)
+        status = raw.status
+        response = httpx.Response(status, headers=raw.getheaders(), request=request,
+                                  content=None if status == 200 else raw.read())
+        try:
+            yield response, raw.readinto
+        finally:
+            if raw.isclosed() and not raw.will_close:  # the body was read to its end
+                conns[base] = conn
+            else:
+                conn.close()
+
+    def _take_object(self, task_hash: str, response: httpx.Response,
+                     readinto: Callable[[memoryview], int]) -> Any:
         """The value of a ``GET`` response: status, signature, body and digest checked."""
         if response.status_code == 404:
             raise CacheEntryUnavailable(task_hash, "not found")
@@ -436,7 +486,7 @@ class CacheClient:
         dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
         if not self._trusted(task_hash, h):
             raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
-        data, actual = _read_body(response, kind, dtype, shape)
+        data, actual = _read_body(readinto, h.get("content-length"), kind, dtype, shape)
         if actual != digest:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
@@ -585,41 +635,80 @@ def _batches(items: Iterable[str], size: int) -> list[list[str]]:
     return [unique[i:i + size] for i in range(0, len(unique), size)]
 
 
-def _read_body(response: httpx.Response, kind: str, dtype: str,
-               shape: str) -> tuple[Any, str]:
+def _read_body(readinto: Callable[[memoryview], int], length: str | None, kind: str,
+               dtype: str, shape: str) -> tuple[Any, str]:
     """Read a streamed body into one preallocated buffer while hashing it (once);
     (buffer, digest). An array is then a view of that buffer: no further copy.
-
-    Pieces are taken as the connection delivers them (``iter_raw()`` without a size):
-    with a size httpx re-assembles them in a ``BytesIO`` first, two more copies of the body.
-    """
+    ``length``: the ``Content-Length`` (the body's framing: no byte past it is read)."""
     hasher = codec.content_hasher(kind, dtype, shape)
-    length = response.headers.get("content-length")
-    if length is not None:
-        size = int(length)
-        if kind == "ndarray" and size != codec.array_nbytes(dtype, shape):
-            # Checked before allocating: the headers alone never make us reserve memory.
-            raise CacheProtocolError(f"Content-Length {size} does not match dtype {dtype} "
-                                     f"and shape {shape}")
-        # One preallocated array (not zero-filled) that the value will be a view of.
-        buffer = np.empty(size, dtype=np.uint8)
-        view = memoryview(buffer)
-        pos = 0
-        for chunk in response.iter_raw():
-            n = len(chunk)
-            if pos + n > size:
-                raise CacheProtocolError("body longer than Content-Length")
-            view[pos:pos + n] = chunk
-            hasher.update(chunk)
-            pos += n
-        if pos != size:
+    if length is None:
+        parts = bytearray()
+        piece = memoryview(bytearray(_READ_BYTES))
+        while n := readinto(piece):
+            parts += piece[:n]
+            hasher.update(piece[:n])
+        return parts, hasher.hexdigest()
+    size = int(length)
+    if kind == "ndarray" and size != codec.array_nbytes(dtype, shape):
+        # Checked before allocating: the headers alone never make us reserve memory.
+        raise CacheProtocolError(f"Content-Length {size} does not match dtype {dtype} "
+                                 f"and shape {shape}")
+    # One preallocated array (not zero-filled) that the value will be a view of.
+    view = memoryview(np.empty(size, dtype=np.uint8))
+    pos = 0
+    while pos < size:
+        n = readinto(view[pos:pos + _READ_BYTES])
+        if not n:
             raise CacheProtocolError(f"body ended after {pos} of {size} bytes")
-        return view, hasher.hexdigest()
-    parts = bytearray()
-    for chunk in response.iter_raw():
-        parts += chunk
-        hasher.update(chunk)
-    return parts, hasher.hexdigest()
+        hasher.update(view[pos:pos + n])
+        pos += n
+    return view, hasher.hexdigest()
+
+
+def _readinto_from(chunks: Iterator[bytes]) -> Callable[[memoryview], int]:
+    """A ``readinto`` over an httpx body's chunks, taken as the connection delivers them
+    (``iter_raw()`` without a size: with one, httpx gathers them in a ``BytesIO`` first)."""
+    rest = memoryview(b"")
+
+    def readinto(view: memoryview) -> int:
+        nonlocal rest
+        if not rest:
+            rest = memoryview(next(chunks, b""))
+        n = min(rest.nbytes, view.nbytes)
+        view[:n] = rest[:n]
+        rest = rest[n:]
+        return n
+
+    return readinto
+
+
+def _plain_http(base: str) -> bool:
+    """Whether ``base`` is an ``http://`` URL that no proxy of the environment applies to
+    (as httpx would read it: ``HTTP_PROXY``/``ALL_PROXY`` unless ``NO_PROXY`` says no)."""
+    if not base.startswith("http://"):
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    host = urllib.parse.urlsplit(base).hostname or ""
+    return bool(urllib.request.proxy_bypass(host))
+
+
+def _connect(base: str) -> http.client.HTTPConnection:
+    """A new connection to ``base`` (connect timeout, then the read timeout)."""
+    url = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname or "", url.port or 80,
+                                      timeout=_TIMEOUT.connect)
+    conn.connect()
+    conn.sock.settimeout(_TIMEOUT.read)
+    return conn
+
+
+def _send_get(conn: http.client.HTTPConnection, base: str, path: str,
+              headers: dict[str, str]) -> http.client.HTTPResponse:
+    prefix = urllib.parse.urlsplit(base).path.rstrip("/")
+    conn.request("GET", prefix + path, headers=headers)
+    return conn.getresponse()
 
 
 def _expect(response: httpx.Response, status: int) -> None:

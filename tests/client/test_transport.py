@@ -3,6 +3,7 @@ damaged on the way is refused without touching the entry the server verified."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import dask
@@ -84,3 +85,21 @@ def test_a_missing_entry_is_unavailable_not_corrupt(cache_server):
     with pytest.raises(CacheEntryUnavailable) as caught:
         CacheClient(cache_server.url).get(_hash())
     assert type(caught.value) is CacheEntryUnavailable and caught.value.reason == "not found"
+
+
+@pytest.mark.slow
+def test_a_load_after_the_server_dropped_the_kept_alive_connection_connects_again(
+        cache_server, over_http):
+    """Loads keep one connection per thread alive between requests; when the server has
+    closed it meanwhile (uvicorn drops idle connections after 5 s), the next load opens a
+    new one instead of failing."""
+    client = CacheClient(cache_server.url)
+    task_hash = _hash()
+    value = np.arange(300_000.0)
+    assert client.put(task_hash, value, 1.0, "label")
+    np.testing.assert_array_equal(client.get(task_hash), value)
+    time.sleep(6)
+    np.testing.assert_array_equal(client.get(task_hash), value)
+    with pytest.raises(CacheEntryUnavailable):  # the same connection after a 404
+        client.get(_hash())
+    np.testing.assert_array_equal(client.get(task_hash), value)
