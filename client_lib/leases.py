@@ -40,14 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
+from .costs import estimate, expected_seconds
 from .errors import ResultCacheError
 
 if TYPE_CHECKING:
     from .tasks import StoreRun, StoreSpec
     from .transport import CacheClient
 
-__all__ = ["LeaseKeeper", "Waited", "expected_seconds", "lease_ttl", "lease_wait",
-           "record_seconds", "release_leases", "take_leases", "wait_for_holder"]
+__all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
+           "take_leases", "wait_for_holder"]
 
 logger = logging.getLogger("client_lib")
 
@@ -55,27 +56,6 @@ logger = logging.getLogger("client_lib")
 MIN_TTL, MAX_TTL = 1.0, 3600.0
 _GRACE_SECONDS = 30.0
 _POLL_MIN, _POLL_MAX = 0.02, 0.2
-_LABELS_KEPT = 10_000
-_WEIGHT = 0.25  # of the newest measurement in a label's moving average
-# label (the task's function) -> its tasks' recent compute seconds in this process, a
-# moving average (one slow outlier, e.g. a thread pre-empted, fades within a few tasks)
-_label_seconds: dict[str, float] = {}
-
-
-def record_seconds(label: str, seconds: float) -> None:
-    """Note what a task of ``label`` took to compute here (every wrapped task, ~0.2 µs)."""
-    old = _label_seconds.get(label)
-    if old is None:
-        if len(_label_seconds) >= _LABELS_KEPT:  # forgetting only means leasing again
-            _label_seconds.clear()
-        _label_seconds[label] = seconds
-    else:  # not atomic across threads: a lost update only shifts an estimate
-        _label_seconds[label] = old + (seconds - old) * _WEIGHT
-
-
-def expected_seconds(label: str) -> float | None:
-    """What a task of ``label`` is expected to take here, or None if never measured."""
-    return _label_seconds.get(label)
 
 
 def lease_ttl() -> float:
@@ -112,7 +92,7 @@ def take_leases(run: StoreRun, specs: Iterable[StoreSpec],
     lease changes nothing (every task computes)."""
     floor = float(dask.config.get("result-cache.auto.latency", 0.005))
     specs = [spec for spec in specs
-             if (seconds := _label_seconds.get(spec.label)) is None or seconds > floor]
+             if (seconds := expected_seconds(spec.label)) is None or seconds > floor]
     wanted = {spec.task_hash for spec in specs}
     limit = int(dask.config.get("result-cache.lease-limit", 10_000))
     if not wanted or len(wanted) > limit:
@@ -278,7 +258,7 @@ class LeaseKeeper:
             if now - held.renewed >= held.ttl / 3:
                 held.renewed = now
                 due.setdefault((held.cache, holder, held.ttl), {})[task_hash] = (
-                    _label_seconds.get(held.label))
+                    estimate(held.label))
         return due
 
     def _loop(self) -> None:

@@ -9,22 +9,28 @@ tasks as ``dask.compute`` would give it.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Hashable, Set
 from dataclasses import dataclass
 
 from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 
-from .budget import mark_chain_links
+from .budget import add_compute, mark_chain_links
+from .costs import expected_seconds
 from .expiry import default_ttl, parse_ttl
 from .graph import Materialized
 from .hashing import GraphHashes
+from .policy import Policy
 from .tasks import StoreRun, StoreSpec, load_result, run_and_store, run_group
 
 __all__ = ["Rewritten", "cacheable_keys", "rewrite"]
 
 Key = Hashable
 _MAX_UPSTREAM = 256  # hashes a store spec carries for its upstream chain
+_UNKNOWN = math.inf
+_WRAP_FIRST = 32  # cheap tasks of one function still wrapped in every run
+_WRAP_EVERY = 64  # and, beyond those, one in this many
 
 
 @dataclass
@@ -108,8 +114,12 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
                                        (), ttl, replace)
         stack.extend(node.dependencies)
-    chained = mark_chain_links(specs, kept) if policy.weighs_the_run else 0
-    _link_upstream(specs, kept, loaded_keys, task_hashes, order)
+    if policy.weighs_the_run:
+        mark_chain_links(specs, kept)
+    unwrapped = _link_upstream(specs, kept, loaded_keys, task_hashes, order, policy)
+    chained = sum(spec.chain_next is not None for spec in specs.values())
+    if unwrapped and policy.weighs_the_run:  # they count towards the store budget unmeasured
+        add_compute(run.run_id, unwrapped)
     executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
@@ -118,27 +128,55 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
 
 def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
                    loaded_keys: list[Key], task_hashes: dict[Key, str],
-                   order: list[Key]) -> None:
+                   order: list[Key], policy: Policy) -> float:
     """Set each store spec's ``dep_hashes``: the nearest tasks upstream that record what
     they cost and raised (stored candidates and loads), looking through the tasks that
-    do not (a trivial ``getitem``, a pinned or volatile task)."""
+    do not (a trivial ``getitem``, a pinned or volatile task, an unwrapped one). Returns
+    the expected seconds of the tasks it unwrapped.
+
+    And unwrap what the policy could not store: a task that is not an output and whose
+    expected chain (its function's cost here plus its most expensive upstream chain,
+    client_lib/costs.py) no result could be stored for loses its spec, except the first
+    ``_WRAP_FIRST`` tasks of its function in this run and one in ``_WRAP_EVERY`` after
+    (they keep the function's cost measured). A small graph is unchanged; a wide graph of
+    cheap tasks runs them as Dask would, without a store wrapper per task."""
     loaded = set(loaded_keys)
     sources: dict[Key, tuple[str, ...]] = {}
+    chains: dict[Key, float] = {}  # key -> expected seconds of its chain; inf: unknown
+    seen: dict[str, int] = {}  # label -> cheap tasks of it met so far
+    unwrapped = 0.0
     for key in order:  # dependencies first
         if key not in kept:
             continue
-        spec = specs.get(key)
         if key in loaded:
             sources[key] = (task_hashes[key],)
+            chains[key] = 0.0
             continue
-        deps = kept[key].dependencies
+        node = kept[key]
+        deps = node.dependencies
         upstream = tuple(dict.fromkeys(h for d in deps for h in sources.get(d, ())))[
             :_MAX_UPSTREAM] if deps else ()
+        chain = max(chains.get(d, _UNKNOWN) for d in deps) if deps else 0.0
+        spec = specs.get(key)
+        if spec is not None:
+            own = expected_seconds(spec.label)
+            chain += _UNKNOWN if own is None else own
+            if (chain < _UNKNOWN and not spec.is_output and not spec.overwrite
+                    and not policy.may_store(chain, False)):
+                n = seen[spec.label] = seen.get(spec.label, 0) + 1
+                if n > _WRAP_FIRST and n % _WRAP_EVERY:
+                    del specs[key]
+                    spec = None
+                    unwrapped += own
+        elif isinstance(node, Task) and not _trivial(node):
+            chain = _UNKNOWN  # not measured here (pinned, volatile, not a candidate)
+        chains[key] = chain
         if spec is not None:
             spec.dep_hashes = upstream
             sources[key] = (spec.task_hash,)
         else:
             sources[key] = upstream
+    return unwrapped
 
 
 def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],

@@ -32,7 +32,8 @@ from .errors import (
     ResultCacheError,
 )
 from .handles import is_handle
-from .leases import LeaseKeeper, record_seconds, release_leases, wait_for_holder
+from .costs import record_seconds
+from .leases import LeaseKeeper, release_leases, wait_for_holder
 from .notices import warn_once
 from .policy import LARGE_BYTES, OVER_BUDGET, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
@@ -90,6 +91,8 @@ class StoreSpec:
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
     """The most expensive uncached chain among the dependencies, if computed here."""
+    if not dep_hashes:  # most tasks of a wide graph: no generator to build
+        return 0.0
     get = _chain_seconds.get
     return max((get(h, 0.0) for h in dep_hashes), default=0.0)
 
@@ -107,7 +110,7 @@ def _warnings_with_upstream(spec: StoreSpec,
                             raised: list[RecordedWarning]) -> tuple[RecordedWarning, ...]:
     """The warnings a load of this result must raise: its own and its upstream's."""
     get = _chain_warnings.get
-    upstream = [w for h in spec.dep_hashes if (w := get(h))]
+    upstream = [w for h in spec.dep_hashes if (w := get(h))] if spec.dep_hashes else ()
     if not raised and not upstream:
         return ()
     found = merge(raised, *upstream)
@@ -178,7 +181,7 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                  raised: list[RecordedWarning]) -> bool:
     """Offer a computed value to the policy; store it if chosen. Never raises; True if the
     server holds the value now."""
-    record_seconds(spec.label, seconds)  # which of its tasks are worth a lease next time
+    record_seconds(spec.label, seconds, bool(raised))  # its next tasks: lease, wrap?
     if spec.run.run_id in _lost_runs:
         return False  # the server failed this run already: never wait on it again
     try:
