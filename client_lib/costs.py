@@ -13,7 +13,7 @@ has no estimate: its tasks are leased and wrapped.
 
 from __future__ import annotations
 
-__all__ = ["estimate", "expected_seconds", "record_seconds"]
+__all__ = ["estimate", "expected_seconds", "forget", "record_seconds"]
 
 _LABELS_KEPT = 10_000
 _WEIGHT = 0.25  # of the newest measurement: one slow outlier (a pre-empted thread) fades
@@ -46,3 +46,9 @@ def expected_seconds(label: str) -> float | None:
 def estimate(label: str) -> float | None:
     """The moving average itself (a lease renewal's estimate for waiters)."""
     return _seconds.get(label)
+
+
+def forget() -> None:
+    """Drop every estimate (as in a fresh process)."""
+    _seconds.clear()
+    _warned.clear()

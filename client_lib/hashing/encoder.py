@@ -135,6 +135,14 @@ class Encoder:
             self.encode(obj)
         return sub.value
 
+    def position(self) -> int:
+        """Where the next write goes (for :meth:`written_since`)."""
+        return len(self._out)
+
+    def written_since(self, position: int) -> bytes:
+        """The bytes written since :meth:`position` returned ``position``, in this block."""
+        return b"".join(self._out[position:])
+
     def write_raw(self, data: bytes) -> None:
         """Bytes as they are: a type tag, a digest, a length-prefixed piece."""
         self._out.append(data)

@@ -101,6 +101,7 @@ class GraphHasher:
         self.kinds = TaskKinds()
         self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
+        self._heads: dict[int, tuple[Any, bytes]] = {}  # see _task_body
         in_graph = {
             TaskRef: self._ref,
             Alias: self._alias,
@@ -144,29 +145,42 @@ class GraphHasher:
                 version = None
                 if self._reads_version:
                     version = self.annotations.annotation("cache_version", key)
-                self._task_body(node, version)
+                self._task_body(node, version, top=True)
                 self.result.labels[key] = self._label(node.func)
             else:
                 raise VolatileValue(f"unknown graph node type {type(node).__name__}")
         return sub.value
 
-    def _task_body(self, task: Task, version: Any = None) -> None:
+    def _task_body(self, task: Task, version: Any = None, top: bool = False) -> None:
+        """``top``: a node of the graph itself, not a task met inside a value (an inlined
+        task, or one reached from a function's globals while fingerprinting it)."""
         enc = self.enc
         if isinstance(task, NestedContainer):
             self._container(task)
             return
-        reason = self.kinds.volatile_reason(task.func, task.args, task.kwargs)
-        if reason is not None:
-            raise VolatileValue(reason)
-        enc.write_raw(b"T")
-        if version is not None:  # replaces the code of the function it calls, not its state
-            enc.write_raw(b"V")
-            enc.write_name(str(version))
-            enc.write_versioned_callable(task.func, str(version))
+        func = task.func
+        # A plain graph Task of a function met before in this pass: its head at once.
+        plain = top and version is None and type(task) is Task
+        head = self._heads.get(id(func)) if plain else None
+        if head is not None and head[0] is func:
+            enc.write_raw(head[1])
         else:
-            enc.write_callable(task.func)
-        if type(task) is not Task:
-            enc.write_name(type(task).__module__ + "." + type(task).__qualname__)
+            reason = self.kinds.volatile_reason(func, task.args, task.kwargs)
+            if reason is not None:
+                raise VolatileValue(reason)
+            start = enc.position()
+            enc.write_raw(b"T")
+            if version is not None:  # replaces the code of the function, not its state
+                enc.write_raw(b"V")
+                enc.write_name(str(version))
+                enc.write_versioned_callable(func, str(version))
+            else:
+                enc.write_callable(func)
+            if type(task) is not Task:
+                enc.write_name(type(task).__module__ + "." + type(task).__qualname__)
+            # The same bytes for every such task, unless volatility depends on arguments.
+            if plain and not self.kinds.depends_on_arguments(func):
+                self._heads[id(func)] = (func, enc.written_since(start))
         enc.write_raw(b"(%d:" % len(task.args))
         for arg in task.args:
             enc.encode(arg)

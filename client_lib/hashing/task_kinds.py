@@ -181,6 +181,11 @@ class TaskKinds:
             return f"{callable_name(func)} without a seed draws from the operating system"
         return self._cached("volatile", func, self._volatile_reason)
 
+    def depends_on_arguments(self, func: Any) -> bool:
+        """Whether :meth:`volatile_reason` for ``func`` looks at the task's arguments (a
+        seedable constructor: volatile only without a seed)."""
+        return id(func) in self._seedable_ids
+
     def _volatile_reason(self, func: Any) -> str | None:
         for inner in _unwrapped(func):
             found = self._impure_reason(inner)
