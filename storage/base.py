@@ -51,7 +51,9 @@ class TaskReference:
 
     ``pinned`` mirrors the index's pin, so that a rebuilt index keeps it. ``signature`` is
     the client's opaque signature binding this task to the object (docs/protocol.md,
-    "Signed results"), kept so that a rebuilt index serves it again.
+    "Signed results"), kept so that a rebuilt index serves it again. ``expires`` is the
+    entry's expiry (Unix time; ``None``: none), kept so that a rebuilt index still
+    expires it.
     """
 
     task_hash: str
@@ -60,6 +62,7 @@ class TaskReference:
     created: float = 0.0
     pinned: bool = False
     signature: str | None = None
+    expires: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -71,6 +74,8 @@ class TaskReference:
             data["pinned"] = True
         if self.signature is not None:
             data["signature"] = self.signature
+        if self.expires is not None:
+            data["expires"] = self.expires
         return data
 
 
@@ -142,6 +147,7 @@ class Sidecar:
                 float(t["created"]),
                 bool(t.get("pinned", False)),
                 t.get("signature"),
+                None if t.get("expires") is None else float(t["expires"]),
             )
             for h, t in data["tasks"].items()
         }

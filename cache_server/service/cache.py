@@ -268,7 +268,7 @@ class ResultCache:
             return existing, False
         now = time.time()
         reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
-                                  signature=upload.signature)
+                                  signature=upload.signature, expires=upload.expires(now))
         writer = await to_thread.run_sync(lambda: self.storage.open_writer(
             upload.header, digest=upload.digest, task=reference, type_name=upload.type_name))
         try:
@@ -332,8 +332,6 @@ class ResultCache:
                 raise
         manifest = manifest_for(sidecar, reference)
         manifest.type = upload.type_name or sidecar.type
-        if upload.ttl is not None:
-            manifest.expires = reference.created + upload.ttl
         if upload.overwrite and (replaced := await self.index.replace(manifest)) is not None:
             return manifest, True, replaced
         indexed, created = await self.index.add(manifest)
@@ -421,7 +419,8 @@ class ResultCache:
         under every digest's lock), room under the cap for the bytes that were new and
         verified, then one index transaction."""
         references = [TaskReference(u.task_hash, u.label, u.compute_seconds, now,
-                                    signature=u.signature) for _, u, _ in items]
+                                    signature=u.signature, expires=u.expires(now))
+                      for _, u, _ in items]
         batch = [BatchItem(u.header, body, u.digest, ref, u.type_name)
                  for (_, u, body), ref in zip(items, references, strict=True)]
         async with AsyncExitStack() as locks:
@@ -452,8 +451,6 @@ class ResultCache:
             for _, upload, ref, result in stored:
                 manifest = manifest_for(result.sidecar, ref)
                 manifest.type = upload.type_name or result.sidecar.type
-                if upload.ttl is not None:
-                    manifest.expires = now + upload.ttl
                 manifests.append(manifest)
                 self.metrics.bytes_received.inc(result.sidecar.nbytes)
             for (i, *_), indexed in zip(stored, await self.index.add_many(manifests),
@@ -488,7 +485,7 @@ class ResultCache:
             except KeyError:  # the sidecar lost this reference: record it again
                 reference = TaskReference(
                     task_hash, manifest.label, manifest.compute_seconds, manifest.created, pinned,
-                    manifest.signature,
+                    manifest.signature, manifest.expires,
                 )
                 await to_thread.run_sync(self.storage.add_task, manifest.digest, reference)
             updated = await self.index.set_pinned(task_hash, pinned)

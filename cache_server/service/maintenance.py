@@ -161,7 +161,7 @@ def _repair_sidecar(storage: ObjectStore, digest: str, manifests: list[Manifest]
         if listed is None:
             reference = TaskReference(
                 task_hash, manifest.label, manifest.compute_seconds, manifest.created,
-                manifest.pinned,
+                manifest.pinned, expires=manifest.expires,
             )  # fmt: skip
             storage.add_task(digest, reference)
             changed = True

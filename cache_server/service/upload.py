@@ -60,6 +60,10 @@ class Upload:
         if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
             raise InvalidUpload(f"X-Result-Type is longer than {MAX_TYPE_CHARS} characters")
 
+    def expires(self, created: float) -> float | None:
+        """When an entry of this upload created at ``created`` expires (None: never)."""
+        return None if self.ttl is None else created + self.ttl
+
     @property
     def expected_nbytes(self) -> int | None:
         """The body's size if known in advance: from dtype and shape, else the length the
@@ -87,4 +91,5 @@ def manifest_for(sidecar: Sidecar, task: TaskReference) -> Manifest:
         last_access=task.created,
         pinned=task.pinned,
         signature=task.signature,
+        expires=task.expires,
     )

@@ -12,7 +12,7 @@ import pytest
 
 from cache_server.launch import start_server
 from storage import LocalStorage, TaskReference
-from tests.server.wire import encode_array, encode_pickle, new_hash, put
+from tests.server.wire import batch_body, encode_array, encode_pickle, new_hash, put
 from tests.stress._common import run_cli
 from tests.stress.kill_restart import leftovers
 
@@ -85,3 +85,29 @@ def test_gc_verify_finds_corrupt_objects_and_refuses_a_running_server(tmp_path: 
     report = run_cli("gc", "--data-dir", str(data_dir), "--verify")
     assert report["corrupt_objects_removed"] == 1 and report["entries"] == 0
     assert json.dumps(report)
+
+
+def test_reindex_restores_each_entrys_expiry(tmp_path: Path) -> None:
+    """An entry stored with a lifetime (``X-Result-TTL``) keeps it through a lost index:
+    the sidecar records the expiry and ``reindex`` restores it (else the entry, rebuilt
+    without one, would never expire). Stores one by one and in a batch."""
+    data_dir = tmp_path / "data"
+    fleeting, lasting = new_hash(), new_hash()
+    batched = new_hash()
+    with start_server(data_dir) as server, httpx.Client(base_url=server.url) as client:
+        assert put(client, fleeting, encode_array(np.arange(200_000.0)),
+                   overrides={"ttl": "3600"}).status_code == 201
+        assert put(client, lasting, encode_pickle("kept")).status_code == 201
+        body = batch_body([(batched, encode_pickle("batched"))], overrides={"ttl": 7200.0})
+        assert client.post("/v1/objects/batch", content=body, headers={
+            "Content-Type": "application/x-result-batch"}).status_code == 200
+        before = {h: client.get(f"/v1/entries/{h}").json()["expires"]
+                  for h in (fleeting, lasting, batched)}
+    assert before[fleeting] is not None and before[batched] is not None
+    assert before[lasting] is None
+    shutil.rmtree(data_dir / "redis")  # the embedded Redis loses everything
+    report = run_cli("reindex", "--data-dir", str(data_dir))
+    assert report["entries_added"] == 3
+    with start_server(data_dir) as server, httpx.Client(base_url=server.url) as client:
+        after = {h: client.get(f"/v1/entries/{h}").json()["expires"] for h in before}
+    assert after == before
