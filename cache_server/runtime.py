@@ -11,9 +11,10 @@ object storage").
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 
 from anyio import to_thread
+from redis.exceptions import RedisError
 
 from cache_server.data_lock import DataDirLock
 from cache_server.index.client import connect
@@ -43,7 +44,7 @@ async def open_cache(
         data_dir.mkdir(parents=True, exist_ok=True)
         await to_thread.run_sync(lock.acquire, lock_wait)
     embedded: EmbeddedRedis | None = None
-    client = None
+    client = index = None
     try:
         redis_url = settings.redis_url
         if redis_url is None:
@@ -68,6 +69,9 @@ async def open_cache(
             settings.max_body_memory,
         )
     finally:
+        if index is not None:
+            with suppress(RedisError, OSError):
+                await index.close()  # the lookups counted in this process
         if client is not None:
             await client.aclose()
         if embedded is not None:

@@ -31,20 +31,27 @@ concurrent use by many tasks and many server processes sharing one Redis
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
+from contextlib import suppress
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import WatchError
+from redis.exceptions import RedisError, WatchError
 
 from cache_server.index.client import pack_fixed_width
 from cache_server.index.eviction import eviction_rank
 from cache_server.index.transactions import watched
 from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, Stats
 
-__all__ = ["REMOVAL_REASONS", "RedisIndex"]
+__all__ = ["LOOKUP_FLUSH_SECONDS", "REMOVAL_REASONS", "RedisIndex"]
+
+#: At most this long between a lookup and its counts (and event) reaching Redis.
+LOOKUP_FLUSH_SECONDS = 0.2
+#: Lookup events kept in a process while Redis is unreachable (the counts are all kept).
+_MAX_PENDING_EVENTS = 1000
 
 _COUNTERS = (
     "found", "served", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
@@ -53,6 +60,26 @@ _COUNTERS = (
 #: Why an entry is removed (its event kind) -> the counter it adds to.
 REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions",
                    "expire": "expired"}
+
+
+class _PendingLookups:
+    """Lookups counted in this process and not yet in Redis: totals and one event each."""
+
+    def __init__(self) -> None:
+        self.lookups = 0
+        self.found = 0
+        self.events: list[tuple[float, int, int]] = []  # (time, found, missing)
+
+    def add(self, asked: int, found: int) -> None:
+        self.lookups += asked
+        self.found += found
+        if len(self.events) < _MAX_PENDING_EVENTS:
+            self.events.append((time.time(), found, asked - found))
+
+    def merge(self, older: _PendingLookups) -> None:
+        self.lookups += older.lookups
+        self.found += older.found
+        self.events[:0] = older.events[: max(0, _MAX_PENDING_EVENTS - len(self.events))]
 
 
 class RedisIndex:
@@ -79,6 +106,9 @@ class RedisIndex:
         self._stats = f"{prefix}stats"
         self._events = f"{prefix}events"
         self._expires = f"{prefix}expires"
+        self._pending = _PendingLookups()
+        self._flushing = asyncio.Lock()
+        self._flusher: asyncio.Task[None] | None = None
 
     def _manifest_key(self, task_hash: str) -> str:
         return f"{self.prefix}m:{task_hash}"
@@ -103,30 +133,26 @@ class RedisIndex:
         """The indexed subset of ``hashes`` (distinct, in order), with one SMISMEMBER.
 
         Counts every distinct hash in ``lookups``, the present ones in ``found`` and the
-        absent ones in ``misses``.
+        absent ones in ``misses`` (:meth:`_count_lookup`).
         """
         unique = list(dict.fromkeys(hashes))
         if not unique:
             return []
-        flags = await self.redis.smismember(self._members, unique)
-        found = [h for h, present in zip(unique, flags, strict=True) if present]
-        expired = await self.expired_among(found)
-        if expired:
-            found = [h for h in found if h not in expired]
-        missing = len(unique) - len(found)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(self._stats, "lookups", len(unique))
-            if found:
-                pipe.hincrby(self._stats, "found", len(found))
-            if missing:
-                pipe.hincrby(self._stats, "misses", missing)
-            self._add_event(pipe, "lookup", found=len(found), missing=missing)
-            await pipe.execute()
+            pipe.smismember(self._members, unique)
+            pipe.zcard(self._expires)
+            flags, expiring = await pipe.execute()
+        found = [h for h, present in zip(unique, flags, strict=True) if present]
+        if found and expiring:
+            expired = await self.expired_among(found)
+            found = [h for h in found if h not in expired]
+        self._count_lookup(len(unique), len(found))
         return found
 
     async def lookup_packed(self, packed: bytes) -> bytes:
         """One byte per hash, 1 if indexed, for 32-character hashes sent back to back
-        (already validated), with one SMISMEMBER built straight from the buffer.
+        (already validated), with one SMISMEMBER built straight from the buffer: one round
+        trip to Redis unless some entry has an expiry.
 
         Counts every hash in ``lookups``, the present ones in ``found`` and the absent ones
         in ``misses``: senders send each hash once. Expired entries answer 0.
@@ -134,20 +160,63 @@ class RedisIndex:
         if not packed:
             return b""
         command = pack_fixed_width("SMISMEMBER", self._members, packed, 32)
-        answer = bytes(await self.redis.execute_command("SMISMEMBER", command))
-        if answer.count(1) and await self.redis.zcard(self._expires):
-            answer = await self._hide_expired(packed, answer)
-        asked = len(answer)
-        found = answer.count(1)
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hincrby(self._stats, "lookups", asked)
-            if found:
-                pipe.hincrby(self._stats, "found", found)
-            if asked > found:
-                pipe.hincrby(self._stats, "misses", asked - found)
-            self._add_event(pipe, "lookup", found=found, missing=asked - found)
-            await pipe.execute()
+            pipe.execute_command("SMISMEMBER", command)
+            pipe.zcard(self._expires)
+            flags, expiring = await pipe.execute()
+        answer = bytes(flags)
+        found = answer.count(1)
+        if found and expiring:
+            answer = await self._hide_expired(packed, answer)
+            found = answer.count(1)
+        self._count_lookup(len(answer), found)
         return answer
+
+    def _count_lookup(self, asked: int, found: int) -> None:
+        """Count a lookup in this process; :meth:`flush_lookups` adds the counts and the
+        lookup events to Redis within ``LOOKUP_FLUSH_SECONDS``, many lookups in one round
+        trip (they were one round trip each, a third of a lookup's cost in the server)."""
+        self._pending.add(asked, found)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(LOOKUP_FLUSH_SECONDS)
+        with suppress(RedisError, OSError):  # kept for the next flush
+            await self.flush_lookups()
+
+    async def close(self) -> None:
+        """Add what this process counted to Redis and stop the delayed flush (before the
+        Redis client closes)."""
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with suppress(asyncio.CancelledError, RedisError, OSError):
+                await self._flusher
+        await self.flush_lookups()
+
+    async def flush_lookups(self) -> None:
+        """Add the lookups counted in this process to Redis. Every read of the counters or
+        events and every write of another event calls this first, so this replica's events
+        stay in order and its own counts are exact when read through it."""
+        if not self._pending.lookups and not self._flushing.locked():
+            return
+        async with self._flushing:  # one flush at a time: a later event never overtakes
+            pending, self._pending = self._pending, _PendingLookups()
+            if not pending.lookups:
+                return
+            try:
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    pipe.hincrby(self._stats, "lookups", pending.lookups)
+                    if pending.found:
+                        pipe.hincrby(self._stats, "found", pending.found)
+                    if pending.lookups > pending.found:
+                        pipe.hincrby(self._stats, "misses", pending.lookups - pending.found)
+                    for when, found, missing in pending.events:
+                        self._add_event(pipe, "lookup", now=when, found=found, missing=missing)
+                    await pipe.execute()
+            except BaseException:
+                self._pending.merge(pending)  # Redis unreachable: counted next time
+                raise
 
     async def _hide_expired(self, packed: bytes, answer: bytes) -> bytes:
         found = [packed[32 * i:32 * i + 32].decode("ascii")
@@ -226,6 +295,7 @@ class RedisIndex:
         when set (reindex), else ``created``. ``record=False`` (reindex) neither counts a
         store nor records an event.
         """
+        await self.flush_lookups()
         key = self._manifest_key(manifest.hash)
         refs = self._refs_key(manifest.digest)
 
@@ -249,6 +319,7 @@ class RedisIndex:
         """:meth:`add` for many manifests (distinct hashes) in one transaction: what a
         batch store indexes once its objects are durable. Per manifest, in order, the
         indexed manifest and whether it was added now."""
+        await self.flush_lookups()
         if not manifests:
             return []
         keys = [self._manifest_key(m.hash) for m in manifests]
@@ -319,6 +390,7 @@ class RedisIndex:
         ``stored_bytes``: the caller deletes it (a crash before that leaves an orphan
         object for ``gc``, never a manifest without its object).
         """
+        await self.flush_lookups()
         counter = REMOVAL_REASONS[reason]
         key = self._manifest_key(task_hash)
 
@@ -359,6 +431,7 @@ class RedisIndex:
         nothing changed: :meth:`add` it). Hits and the pin are kept; the label, cost,
         expiry and object are the new ones. Call only once the new object is durable.
         """
+        await self.flush_lookups()
         key = self._manifest_key(manifest.hash)
         new_refs = self._refs_key(manifest.digest)
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
@@ -417,6 +490,7 @@ class RedisIndex:
     async def record_hit(self, manifest: Manifest, now: float | None = None) -> None:
         """Count an object served: ``served``, saved seconds, the entry's hit count and
         access time, a ``hit`` event (one transaction)."""
+        await self.flush_lookups()
         now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "served", 1)
@@ -432,6 +506,7 @@ class RedisIndex:
 
     async def record_untrusted(self, manifest: Manifest) -> None:
         """Count a load a client refused for a missing or wrong signature (one transaction)."""
+        await self.flush_lookups()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "untrusted", 1)
             self._add_event(pipe, "untrusted", task_hash=manifest.hash, label=manifest.label)
@@ -512,6 +587,7 @@ class RedisIndex:
     # -- statistics and events --------------------------------------------------------------
 
     async def stats(self) -> Stats:
+        await self.flush_lookups()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._stats)
             pipe.scard(self._members)
@@ -534,6 +610,7 @@ class RedisIndex:
 
     async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
         """The most recent events with their stream ids, newest first."""
+        await self.flush_lookups()
         raw: Any = await self.redis.xrevrange(self._events, count=limit)
         return [(str(i), Event.model_validate(json.loads(f["e"]))) for i, f in raw]
 
@@ -541,11 +618,13 @@ class RedisIndex:
                            ) -> list[tuple[str, Event]]:
         """Events after stream id ``last_id``, oldest first, waiting up to ``block_ms`` for
         one to come (a live view follows the stream with this)."""
+        await self.flush_lookups()
         raw: Any = await self.redis.xread({self._events: last_id}, count=limit, block=block_ms)
         return [(str(i), Event.model_validate(json.loads(f["e"])))
                 for _stream, entries in raw or [] for i, f in entries]
 
     async def record_run_event(self, run_id: str, status: str, stored: int | None) -> None:
+        await self.flush_lookups()
         async with self.redis.pipeline(transaction=False) as pipe:
             fields = {"stored": stored} if stored is not None else {}
             self._add_event(pipe, "run", run=run_id, status=status, **fields)

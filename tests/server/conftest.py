@@ -54,9 +54,11 @@ def _prefix() -> str:
 @pytest.fixture
 async def index(redis_url: str) -> AsyncIterator[RedisIndex]:
     redis = connect(redis_url)
+    index = RedisIndex(redis, prefix=_prefix())
     try:
-        yield RedisIndex(redis, prefix=_prefix())
+        yield index
     finally:
+        await index.close()  # the lookups it counted
         await redis.aclose()
 
 
@@ -67,20 +69,20 @@ MakeCache = Callable[..., ResultCache]
 async def make_cache(redis_url: str, tmp_path: Path) -> AsyncIterator[MakeCache]:
     """``make_cache(max_bytes=None, max_body_bytes=2**30)``: a new cache (own prefix, own
     storage directory) on the session's Redis."""
-    clients = []
+    indexes = []
 
     def make(*, max_bytes: int | None = None, max_body_bytes: int = 2**30) -> ResultCache:
-        redis = connect(redis_url)
-        clients.append(redis)
-        data_dir = tmp_path / f"cache-{len(clients)}"
-        return ResultCache(RedisIndex(redis, prefix=_prefix()), LocalStorage(data_dir),
-                           Metrics(), max_body_bytes, max_bytes)
+        indexes.append(RedisIndex(connect(redis_url), prefix=_prefix()))
+        data_dir = tmp_path / f"cache-{len(indexes)}"
+        return ResultCache(indexes[-1], LocalStorage(data_dir), Metrics(), max_body_bytes,
+                           max_bytes)
 
     try:
         yield make
     finally:
-        for redis in clients:
-            await redis.aclose()
+        for index in indexes:
+            await index.close()  # the lookups it counted
+            await index.redis.aclose()
 
 
 MakeApp = Callable[..., Any]

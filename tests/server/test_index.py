@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cache_server.index.redis_index import RedisIndex
+from cache_server.index.redis_index import LOOKUP_FLUSH_SECONDS, RedisIndex
 from cache_server.index.transactions import watched
 from cache_server.models import Manifest
 from tests.server.wire import new_hash
@@ -144,3 +144,25 @@ async def test_watched_starts_over_when_a_watched_key_changes(index: RedisIndex)
     assert await watched(index.redis, increment) == 11
     assert attempts == [0, 10]
     assert await index.redis.get(key) == "11"
+
+
+async def test_lookup_counts_reach_redis_for_every_replica_and_in_order(
+    index: RedisIndex,
+) -> None:
+    # Lookups are counted in the process and added to Redis in one round trip for many
+    # (LOOKUP_FLUSH_SECONDS later, or before this replica writes another event).
+    other = RedisIndex(index.redis, prefix=index.prefix)  # another replica's view
+    entry = manifest()
+    await index.add(entry)
+    for _ in range(3):
+        assert await index.lookup_packed((entry.hash + new_hash()).encode()) == b"\x01\x00"
+    await index.record_hit(entry)  # the lookups' events go first
+    assert [e.kind for e in await other.events(10)] == [
+        "hit", "lookup", "lookup", "lookup", "store"]
+    await index.lookup([entry.hash])
+    await asyncio.sleep(LOOKUP_FLUSH_SECONDS * 3)
+    stats = await other.stats()
+    assert (stats.lookups, stats.found, stats.misses) == (7, 4, 3)
+    await index.lookup([new_hash()])
+    await index.close()  # a replica that stops adds what it counted
+    assert (await other.stats()).misses == 4
