@@ -82,6 +82,12 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def redis_cpu_seconds(r: Any) -> float:
+    """User + system CPU seconds of the Redis server behind client ``r`` so far."""
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 class Ratio:
     """One measured ratio against its target: ``value <= target`` (or ``>=`` with
     ``higher_is_better``); ``target=None``: reported, no target."""

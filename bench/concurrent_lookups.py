@@ -6,7 +6,8 @@ two processes so that encoding and decoding on the client side do not queue behi
 interpreter lock; the server runs on the same two cores. Baseline, measured in the same
 run: one client alone, for a quarter of the time. The throughput of the 16 back-to-back
 clients is the saturation throughput; a third run paces the 16 clients at half of it (each
-lookup timed from its scheduled start). Targets: p99 <= 10 ms at half of saturation, 0
+lookup timed from its scheduled start). The server's and Redis's CPU time per lookup at
+saturation is reported too (steadier than latency on a shared machine). Targets: p99 <= 10 ms at half of saturation, 0
 errors.
 
     python bench/concurrent_lookups.py [--clients 16] [--seconds 20] [--smoke]
@@ -21,7 +22,16 @@ import threading
 import time
 import uuid
 
-from _harness import Ratio, cache_server, finish, own_redis, parse_args, seed_index
+from _harness import (
+    Ratio,
+    cache_server,
+    finish,
+    own_redis,
+    parse_args,
+    process_cpu_seconds,
+    redis_cpu_seconds,
+    seed_index,
+)
 
 PREFIX = "rc:"
 PROCESSES = 2
@@ -121,7 +131,10 @@ def main() -> None:
     with own_redis() as r, cache_server(redis_url=r.url, redis_prefix=PREFIX) as server:
         seed_index(r, hashes, PREFIX)
         alone, alone_errors = run_clients(server.url, hashes, 1, seconds / 4)
+        cpu = process_cpu_seconds(server.pid), redis_cpu_seconds(r)
         loaded, errors = run_clients(server.url, hashes, clients, seconds)
+        server_cpu = (process_cpu_seconds(server.pid) - cpu[0]) / max(len(loaded), 1)
+        redis_cpu = (redis_cpu_seconds(r) - cpu[1]) / max(len(loaded), 1)
         saturation = len(loaded) / seconds
         half, half_errors = run_clients(server.url, hashes, clients, seconds, saturation / 2)
     errors += half_errors
@@ -132,6 +145,8 @@ def main() -> None:
         print(f"{name:11s} {s['per_second']:7.0f} lookups/s ({s['per_second'] * args.hashes:9.0f}"
               f" hashes/s)  p50 {s['p50_ms']:6.2f} ms  p99 {s['p99_ms']:6.2f} ms  "
               f"max {s['max_ms']:6.1f} ms")
+    print(f"CPU per lookup at saturation: server {server_cpu * 1e3:.3f} ms, "
+          f"Redis {redis_cpu * 1e3:.3f} ms")
     all_errors = alone_errors + errors
     print(f"errors: {len(all_errors)}" + (f" (first: {all_errors[0]})" if all_errors else ""))
     ratios = [
@@ -144,6 +159,7 @@ def main() -> None:
     ]
     finish("concurrent_lookups", ratios, args, seconds=seconds, clients=clients,
            hashes_per_lookup=args.hashes, alone=base, loaded=load, half_load=at_half,
+           server_cpu_ms=server_cpu * 1e3, redis_cpu_ms=redis_cpu * 1e3,
            errors=all_errors[:10])
 
 
