@@ -30,7 +30,7 @@ import httpx
 import numpy as np
 from dask.sizeof import sizeof
 
-from . import codec, direct
+from . import codec, direct, light
 from .endpoints import Endpoints, normalize_urls
 from .errors import (
     CacheAccessDenied,
@@ -109,6 +109,8 @@ class CacheClient:
         self._storage_unseen = False
         # Each thread's kept-alive download connection per server (see _download).
         self._downloads = threading.local()
+        # Requests left to send over the standard library before the pool (light.py).
+        self._light_left = light.FIRST_REQUESTS
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
@@ -131,12 +133,15 @@ class CacheClient:
     def __repr__(self) -> str:
         return f"CacheClient({self.url!r})"
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
     @property
     def http(self) -> httpx.Client:
         if self._http is None:
             with self._lock:
                 if self._http is None:
-                    headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+                    headers = self._headers()
                     # Plain HTTP needs no TLS context (building one costs ~40 ms).
                     verify = any(u.startswith("https://") for u in self.endpoints.urls)
                     self._http = httpx.Client(timeout=_TIMEOUT,
@@ -150,6 +155,7 @@ class CacheClient:
         imports (httpcore, h11: built with the first ``httpx.Client``) nor for connecting.
         Raises like any request (:class:`CacheUnavailable`). docs/architecture.md,
         Warming the workers."""
+        self._light_left = 0  # the pool, not the first-request path (light.py)
         _expect(self._request("GET", "/healthz"), 200)
 
     def close(self) -> None:
@@ -170,7 +176,7 @@ class CacheClient:
             if body is not None:
                 kwargs["content"] = body()
             try:
-                response = self.http.request(method, base + path, **kwargs)
+                response = self._send(method, base + path, kwargs)
                 for _ in range(_BUSY_RETRIES):  # busy, not lost: ask again when told to
                     if (wait := _busy_wait(response)) is None:
                         break
@@ -178,7 +184,7 @@ class CacheClient:
                     time.sleep(wait)
                     if body is not None:
                         kwargs["content"] = body()
-                    response = self.http.request(method, base + path, **kwargs)
+                    response = self._send(method, base + path, kwargs)
             except httpx.HTTPError as exc:
                 failures.append(f"{base}: {exc}")
                 self.endpoints.failed(base)
@@ -191,6 +197,16 @@ class CacheClient:
             self._check_status(response)
             return response
         raise CacheUnavailable(f"{method} {path} failed: {'; '.join(failures)}")
+
+    def _send(self, method: str, url: str, kwargs: dict[str, Any]) -> httpx.Response:
+        """A process's first few requests go over the standard library, until the pool
+        exists (:mod:`.light`: building it imports httpx's transport); then the pool."""
+        if self._http is None and self._light_left > 0:
+            response = light.request(method, url, self._headers(), **kwargs)
+            if response is not None:
+                self._light_left -= 1  # racy across threads: a request more or less
+                return response
+        return self.http.request(method, url, **kwargs)
 
     def _check_status(self, response: httpx.Response) -> None:
         """The one mapping of statuses every request shares: a server error (5xx, but 507:
@@ -445,7 +461,7 @@ class CacheClient:
         socket straight into the value's buffer, where httpx reads 64 KiB at a time
         through h11 (four copies and ~16k Python steps per GiB: a 1 GiB load cost 2.7-3.4
         CPU-seconds in the client, BENCHMARKS.md, measure 5). Others go through httpx."""
-        if not _plain_http(base):
+        if not light.plain_http(base):
             with self.http.stream("GET", base + path) as response:
                 yield response, _readinto_from(response.iter_raw())
             return
@@ -459,7 +475,7 @@ class CacheClient:
             conn.close()  # the server closed the kept-alive connection meanwhile
             raw = None
         if raw is None:
-            conn = _connect(base)
+            conn = light.connect(base)
             raw = _send_get(conn, base, path, headers)
         assert conn is not None
         request = httpx.Request("GET", base + path)
@@ -680,28 +696,6 @@ def _readinto_from(chunks: Iterator[bytes]) -> Callable[[memoryview], int]:
         return n
 
     return readinto
-
-
-def _plain_http(base: str) -> bool:
-    """Whether ``base`` is an ``http://`` URL that no proxy of the environment applies to
-    (as httpx would read it: ``HTTP_PROXY``/``ALL_PROXY`` unless ``NO_PROXY`` says no)."""
-    if not base.startswith("http://"):
-        return False
-    proxies = urllib.request.getproxies()
-    if not (proxies.get("http") or proxies.get("all")):
-        return True
-    host = urllib.parse.urlsplit(base).hostname or ""
-    return bool(urllib.request.proxy_bypass(host))
-
-
-def _connect(base: str) -> http.client.HTTPConnection:
-    """A new connection to ``base`` (connect timeout, then the read timeout)."""
-    url = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(url.hostname or "", url.port or 80,
-                                      timeout=_TIMEOUT.connect)
-    conn.connect()
-    conn.sock.settimeout(_TIMEOUT.read)
-    return conn
 
 
 def _send_get(conn: http.client.HTTPConnection, base: str, path: str,
