@@ -94,6 +94,7 @@ def _phases(x, cache, base: int) -> dict:
 
     fused = step("materialize", lambda: materialize([x]))
     m, order, hashes = step("hash", lambda: _hash(fused, uuid.uuid4().hex, cache.signing_key))
+    hashes.digests = {k: hashes.digests[k] for k in m.keys}  # as run_cached: outputs' only
     cacheable = cacheable_keys(m, hashes)
     hits = step("lookup", lambda: cache.lookup(set(cacheable.values())))
     run = StoreRun(cache, resolve_policy("auto"), uuid.uuid4().hex, lease_ttl=lease_ttl(),

@@ -154,7 +154,9 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         if optimize_graph and _annotated(collections):
             _restore_annotations(m, hashes, collections, namespace, client.signing_key,
                                  finalize)
-    cacheable_hashes = set(cacheable.values())
+    # Only the outputs' digests are used from here on (futures remember them): the rest
+    # would stay alive through the run (~90 bytes per task; BENCHMARKS.md, section 14).
+    hashes.digests = {k: d for k in m.keys if (d := hashes.digests.get(k)) is not None}
     report.tasks = len(order)
     report.cacheable = len(cacheable)
     report.volatile = len(hashes.volatile)
@@ -162,7 +164,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     lap("hash")
 
     try:
-        hits = client.lookup(cacheable_hashes)
+        hits = client.lookup(set(cacheable.values()))  # not kept: only the lookup needs it
     except ResultCacheError as exc:
         problem = ("refused access" if isinstance(exc, CacheAccessDenied) else
                    "answered outside the protocol" if isinstance(exc, CacheProtocolError)
