@@ -182,6 +182,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     distrusted: set[str] = set()
     untrusted: set[str] = set()
     leased: set[str] = set()
+    tallies = None  # what the workers of a cluster counted, decided and stored
     reporter = RunReporter(client, run.run_id, m.graph, order, hashes, hits,
                            _is_local(schedule)) if reporting() else None
     try:
@@ -255,7 +256,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
         raise
     finally:
         if run.batch:  # never return before the run's stores are durable (or failed)
-            _flush_stores(schedule, run.run_id)  # (at once if the except block did)
+            tallies = _flush_stores(schedule, run.run_id)  # (at once if the except did)
             lap("store")
     owner = _distributed_client(schedule)
     if owner is not None and compute_kwargs.get("sync", True) is False:
@@ -266,12 +267,13 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     counts, stored = pop_counts(run.run_id), pop_stored(run.run_id)
     report.store_decisions = pop_decisions(run.run_id)
     if not _is_local(schedule) and owner is not None and compute_kwargs.get("sync", True):
-        # The workers stored: ask them (one call) rather than print "stored ?".
-        from .distributed import worker_counts, worker_decisions, worker_stored
+        # The workers stored: they told when their stores were waited for (one call)
+        # rather than print "stored ?".
+        from .distributed import finish_on_workers
 
-        counts = worker_counts(owner, run.run_id)
-        report.store_decisions += worker_decisions(owner, run.run_id)
-        stored = worker_stored(owner, run.run_id) if reporter is not None else stored
+        counts, decisions, on_workers = tallies or finish_on_workers(owner, run.run_id)
+        report.store_decisions += decisions
+        stored = on_workers if reporter is not None else stored
     if _is_local(schedule) or counts:
         report.stored = int(counts.get("stored", 0))
         report.stored_bytes = int(counts.get("stored-bytes", 0))
@@ -416,17 +418,17 @@ def _can_flush(schedule: Callable, kwargs: dict[str, Any]) -> bool:
     return _distributed_client(schedule) is not None and kwargs.get("sync", True) is not False
 
 
-def _flush_stores(schedule: Callable, run_id: str) -> None:
-    """Wait for the run's queued stores here, or on every worker of its cluster."""
+def _flush_stores(schedule: Callable, run_id: str
+                  ) -> tuple[dict[str, float], list[str], set[str]] | None:
+    """Wait for the run's queued stores here, or on every worker of its cluster; the
+    workers hand over their tallies in the same call (``distributed.finish_on_workers``)."""
     client = _distributed_client(schedule)
     if client is None:
         flush_stores(run_id)
-        return
-    try:
-        client.run(flush_stores, run_id)
-    except Exception as exc:  # a worker that left took its queue with it
-        logger.warning("cached_compute: could not wait for the stores on every worker: %s",
-                       exc)
+        return None
+    from .distributed import finish_on_workers
+
+    return finish_on_workers(client, run_id)
 
 
 def _is_local(schedule: Callable) -> bool:

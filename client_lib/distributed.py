@@ -31,8 +31,8 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from .graph import Materialized
 from .transport import CacheClient
 
-__all__ = ["WARMED", "WarmLoads", "submit", "submit_checked", "warm_workers", "worker_counts",
-           "worker_stored"]
+__all__ = ["WARMED", "WarmLoads", "finish_on_workers", "submit", "submit_checked",
+           "warm_workers"]
 
 logger = logging.getLogger("client_lib")
 
@@ -120,41 +120,40 @@ def submit_checked(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
     return outputs
 
 
-def worker_stored(client: Any, run_id: str) -> set[str]:
-    """The hashes the tasks of ``run_id`` stored on every worker (and forget them there)."""
-    from .tasks import pop_stored
+def finish_on_workers(client: Any, run_id: str) -> tuple[dict[str, float], list[str], set[str]]:
+    """Wait for the run's queued stores on every worker, then collect (and forget there)
+    what its tasks counted, why large results were or were not stored, and the hashes
+    they stored: one round trip to the workers, not one per question."""
+    counts: dict[str, float] = {}
+    decisions: list[str] = []
+    stored: set[str] = set()
+    try:
+        per_worker = client.run(_finish_here, run_id)
+    except Exception as exc:  # a worker that left took its queue and its tallies with it
+        logger.warning("cached_compute: could not wait for the stores on every worker: %s",
+                       exc)
+        return counts, decisions, stored
+    for error, worker_counts, lines, hashes in per_worker.values():
+        if error:
+            logger.warning("cached_compute: could not wait for a worker's stores: %s", error)
+        for what, n in worker_counts.items():
+            counts[what] = counts.get(what, 0) + n
+        decisions += lines
+        stored |= hashes
+    return counts, decisions, stored
+
+
+def _finish_here(run_id: str) -> tuple[str | None, dict[str, float], list[str], set[str]]:
+    """On a worker: :func:`finish_on_workers`' part (a failed wait still hands over the
+    tallies)."""
+    from .tasks import flush_stores, pop_counts, pop_decisions, pop_stored
 
     try:
-        per_worker = client.run(pop_stored, run_id)
-    except Exception:  # a worker that left takes its list with it: fewer tasks show stored
-        return set()
-    return set().union(*per_worker.values())
-
-
-def worker_counts(client: Any, run_id: str) -> dict[str, float]:
-    """What the tasks of ``run_id`` counted on every worker (and forget it there)."""
-    from .tasks import pop_counts
-
-    total: dict[str, float] = {}
-    try:
-        per_worker = client.run(pop_counts, run_id)
-    except Exception:  # a worker that left takes its counts with it: the report says less
-        return total
-    for counts in per_worker.values():
-        for what, n in counts.items():
-            total[what] = total.get(what, 0) + n
-    return total
-
-
-def worker_decisions(client: Any, run_id: str) -> list[str]:
-    """Why each large result of ``run_id`` was or was not stored, from every worker."""
-    from .tasks import pop_decisions
-
-    try:
-        per_worker = client.run(pop_decisions, run_id)
-    except Exception:  # a worker that left takes its reasons with it
-        return []
-    return [line for lines in per_worker.values() for line in lines]
+        flush_stores(run_id)
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return error, pop_counts(run_id), pop_decisions(run_id), pop_stored(run_id)
 
 
 # -- warming the workers (docs/architecture.md, Warming the workers) --------------------
