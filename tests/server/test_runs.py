@@ -18,6 +18,20 @@ def summary(run_id: str, **fields) -> dict:
     return {"run_id": run_id, "started": time.time(), **fields}
 
 
+def finished_runs(url: str, ns: str, count: int, deadline: float = 60.0) -> list[dict]:
+    """The ``count`` runs of namespace ``ns``, newest first, once the server recorded
+    their end. ``cached_compute`` returns before its last summary reaches the server (a
+    thread of its own posts it), so a test reading the runs at once would race it."""
+    stop = time.monotonic() + deadline
+    while True:
+        runs = httpx.get(f"{url}/v1/runs", params={"limit": 1000}).json()["runs"]
+        mine = [r for r in runs if r["namespace"] == ns]
+        if len(mine) >= count and all(r["status"] != "running" for r in mine):
+            return mine
+        assert time.monotonic() < stop, f"runs of {ns} not recorded as ended: {mine}"
+        time.sleep(0.05)
+
+
 @pytest.mark.anyio
 async def test_a_later_post_keeps_the_task_list_and_bad_input_is_refused(make_app: MakeApp):
     client = await make_app()
@@ -61,8 +75,7 @@ def test_cached_compute_reports_its_runs(cache_server):
     cached_compute(b, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads")
     cached_compute(c, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads")
     report = last_report()
-    runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
-    mine = [r for r in runs if r["namespace"] == ns]
+    mine = finished_runs(cache_server.url, ns, 2)
     assert [r["status"] for r in mine] == ["done", "done"]
     last = httpx.get(f"{cache_server.url}/v1/runs/{mine[0]['run_id']}").json()
     assert (last["tasks"], last["hits"], last["loaded"], last["culled"], last["computed"],
@@ -80,7 +93,8 @@ def test_cached_compute_reports_its_runs(cache_server):
 
 def _seen_while_running(url: str, ns: str, _: int) -> dict:
     """Run inside the graph: this run as the server shows it meanwhile."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
+    mine: list = []
     while time.monotonic() < deadline:
         runs = httpx.get(f"{url}/v1/runs", params={"limit": 1000}).json()["runs"]
         mine = [r for r in runs if r["namespace"] == ns]
@@ -89,7 +103,7 @@ def _seen_while_running(url: str, ns: str, _: int) -> dict:
             return {"status": run["status"], "done": run["done"],
                     "scheduled": run["scheduled"], "tasks": len(run["task_list"])}
         time.sleep(0.05)
-    return {}
+    raise AssertionError(f"no progress recorded while the run ran: {mine}")
 
 
 def test_a_long_run_shows_its_plan_and_progress_while_it_runs(cache_server):
@@ -100,8 +114,7 @@ def test_a_long_run_shows_its_plan_and_progress_while_it_runs(cache_server):
                                scheduler="threads")
     assert during["status"] == "running" and during["tasks"] == 2
     assert 1 <= during["done"] < during["scheduled"] == 2
-    runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
-    (after,) = [r for r in runs if r["namespace"] == ns]
+    (after,) = finished_runs(cache_server.url, ns, 1)
     assert (after["status"], after["done"]) == ("done", 2)
 
 
