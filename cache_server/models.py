@@ -235,6 +235,14 @@ class RunSummary(BaseModel):
     volatile: Annotated[int, Field(ge=0)] = 0
     untrusted: Annotated[int, Field(ge=0)] = 0
     fallback: _Text | None = None
+    seconds_saved: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="the compute seconds recorded with the entries the run "
+        "loaded or culled (the server sums them from saved_hashes; a post without them "
+        "keeps the recorded sum)")
+    saved_hashes: list[Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]] = Field(
+        default_factory=list, max_length=MAX_RUN_TASKS,
+        description="task hashes of the entries the run loaded or culled (found by its "
+                    "lookup, not recomputed); not kept")
     task_list: list[RunTask] = Field(default_factory=list, max_length=MAX_RUN_TASKS)
     stored_tasks: list[Annotated[int, Field(ge=0, lt=MAX_RUN_TASKS)]] = Field(
         default_factory=list, max_length=MAX_RUN_TASKS,

@@ -17,6 +17,7 @@ never fails the future. ``compute`` and ``persist`` go through :func:`cached_com
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterable
@@ -38,6 +39,7 @@ from .notices import warn_once
 from .persist import cached_persist
 from .policy import resolve_policy
 from .report import CacheReport
+from .runs import RunReporter, reporting
 from .tasks import StoreRun, StoreSpec, load_result, run_and_store
 from .transport import CacheClient
 
@@ -67,7 +69,8 @@ def cached_call(spec: CallSpec | None, func: Callable, kwargs: dict | None, *arg
     if spec.hit:
         store = spec.store
         try:
-            return load_result(store.run.cache, store.task_hash, store.label)
+            return load_result(store.run.cache, store.task_hash, store.label,
+                               store.run.run_id)
         except ResultCacheError:  # gone or corrupt since the lookup: compute it again
             pass
     return run_and_store(spec.store, func, kwargs, *args)
@@ -126,12 +129,14 @@ class CachedClient:
                    else f"{funcname(func)}-{uuid.uuid4()}")
         if key in self.client.futures:  # the scheduler holds it: Client.submit's answer
             return self.client.submit(func, *args, key=key, **options, **kwargs)
-        (spec,) = self._plan({key: _call_task(key, func, args, kwargs)}, [key])
+        (spec,), reporter = self._plan({key: _call_task(key, func, args, kwargs)}, [key])
         if spec is None:
-            return self.client.submit(func, *args, key=key, **options, **kwargs)
-        future = self.client.submit(cached_call, spec, func, kwargs or None, *args, key=key,
-                                    **options)
-        remember(self.client, key, spec.digest)
+            future = self.client.submit(func, *args, key=key, **options, **kwargs)
+        else:
+            future = self.client.submit(cached_call, spec, func, kwargs or None, *args,
+                                        key=key, **options)
+            remember(self.client, key, spec.digest)
+        _report_when_done(reporter, [future])
         return future
 
     def map(self, func: Callable, *iterables: Iterable, key: str | list | None = None,
@@ -145,7 +150,7 @@ class CachedClient:
         calls = list(zip(*(list(it) for it in iterables), strict=False))  # as Client.map
         keys = _map_keys(func, calls, kwargs, key, pure)
         tasks = {k: _call_task(k, func, a, kwargs) for k, a in zip(keys, calls, strict=True)}
-        specs = self._plan(tasks, keys)
+        specs, reporter = self._plan(tasks, keys)
         n = len(calls)
         futures = self.client.map(cached_call, specs, [func] * n, [kwargs or None] * n,
                                   *(list(col) for col in zip(*calls, strict=True))
@@ -154,6 +159,7 @@ class CachedClient:
         for key, spec in zip(keys, specs, strict=True):
             if spec is not None:
                 remember(self.client, key, spec.digest)
+        _report_when_done(reporter, futures)
         return futures
 
     def gather(self, futures: Any, *args: Any, **kwargs: Any) -> Any:
@@ -187,22 +193,26 @@ class CachedClient:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _plan(self, tasks: dict[Key, Task], keys: list[Key]) -> list[CallSpec | None]:
+    def _plan(self, tasks: dict[Key, Task], keys: list[Key]
+              ) -> tuple[list[CallSpec | None], _CallRun | None]:
         """Hash the calls, look them up in one request; a spec per key (``None``: run it
-        as a plain call, because it is volatile or the cache is unreachable)."""
+        as a plain call, because it is volatile or the cache is unreachable), and the
+        call's run report to finish once its futures are done (docs/protocol.md, "Runs":
+        each ``submit`` or ``map`` is a run, with a run id of its own)."""
         assert self._run is not None
+        run = dataclasses.replace(self._run, run_id=uuid.uuid4().hex)
         annotations = _Annotations(dask.get_annotations())
         hashes = _hash_calls(tasks, keys, self.namespace, annotations,
-                             self._run.cache.signing_key)
+                             run.cache.signing_key)
         self._count(hashes, len(keys))
         wanted = {h for h in hashes.hashes.values()}
         try:
-            hits = self._run.cache.lookup(wanted) if wanted else set()
+            hits = run.cache.lookup(wanted) if wanted else set()
         except ResultCacheError as exc:
             warn_once(f"CachedClient: cache server unreachable ({exc}); running calls "
-                      "without the cache", key=f"CachedClient: {self._run.cache.url}",
+                      "without the cache", key=f"CachedClient: {run.cache.url}",
                       user_warning=True)
-            return [None] * len(keys)
+            return [None] * len(keys), None
         specs: list[CallSpec | None] = []
         held = self.client.futures  # the scheduler keeps these keys' tasks: no lookup
         ttl = annotations.annotation("cache_ttl", None)
@@ -214,11 +224,11 @@ class CachedClient:
             if task_hash is None or key in held or (no_stores and not hit):
                 specs.append(None)
                 continue
-            store = StoreSpec(self._run, task_hash, hashes.labels.get(key, ""), True, (), ttl,
+            store = StoreSpec(run, task_hash, hashes.labels.get(key, ""), True, (), ttl,
                               overwrite=task_hash in hits and not hit)
             specs.append(CallSpec(store, hit, hashes.digests[key]))
         computed = [s.store for s in specs if s is not None and not s.hit]
-        take_leases(self._run, computed, hits)
+        take_leases(run, computed, hits)
         loaded = sum(s is not None and s.hit for s in specs)
         with self._lock:
             self.report.hits += loaded
@@ -226,7 +236,18 @@ class CachedClient:
             self.report.computed += len(keys) - loaded
             self.report.store_candidates += len(computed)
             self.report.waited += sum(s.lease == "wait" for s in computed)
-        return specs
+        if not reporting():
+            return specs, None
+        report = CacheReport(cache_url=run.cache.url, namespace=self.namespace,
+                             tasks=len(keys), cacheable=len(hashes.hashes), hits=loaded,
+                             loaded=loaded, computed=len(keys) - loaded,
+                             store_candidates=len(computed), volatile=len(hashes.volatile))
+        report.loaded_keys = [k for k, s in zip(keys, specs, strict=True) if s and s.hit]
+        report.computed_keys = [k for k, s in zip(keys, specs, strict=True)
+                                if not (s and s.hit)]
+        reporter = RunReporter(run.cache, run.run_id, tasks, keys, hashes, hits, local=False)
+        reporter.plan(report, len(keys))
+        return specs, _CallRun(reporter, report, len(keys))
 
     def _count(self, hashes: GraphHashes, n: int) -> None:
         with self._lock:
@@ -234,6 +255,34 @@ class CachedClient:
             self.report.cacheable += len(hashes.hashes)
             self.report.volatile += len(hashes.volatile)
             self.report.volatile_reasons.update(hashes.volatile.values())
+
+
+class _CallRun:
+    """The run report of one ``submit`` or ``map``: finished once all its futures are
+    (``failed`` if one of them errs or is cancelled); the workers' stores are not counted."""
+
+    def __init__(self, reporter: RunReporter, report: CacheReport, n: int) -> None:
+        self.reporter, self.report = reporter, report
+        self.left, self.failed = n, False
+        self._lock = threading.Lock()
+
+    def done(self, future: Any) -> None:
+        with self._lock:
+            self.left -= 1
+            self.failed |= future.status != "finished"
+            last = self.left == 0
+        if last:
+            self.reporter.finish(self.report, frozenset(),
+                                 "failed" if self.failed else "done")
+
+
+def _report_when_done(call: _CallRun | None, futures: list) -> None:
+    if call is None:
+        return
+    if not futures:
+        call.reporter.finish(call.report, frozenset())
+    for future in futures:
+        future.add_done_callback(call.done)
 
 
 class _Annotations:

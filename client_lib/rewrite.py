@@ -100,7 +100,8 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
         node = graph[key]
         task_hash = cacheable.get(key)
         if task_hash is not None and task_hash in hits:
-            kept[key] = Task(key, load_result, run.cache, task_hash, labels.get(key, ""))
+            kept[key] = Task(key, load_result, run.cache, task_hash, labels.get(key, ""),
+                             run.run_id)
             loaded_keys.append(key)
             continue
         kept[key] = node

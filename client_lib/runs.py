@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import getpass
 import logging
 import queue
@@ -28,6 +29,7 @@ from dask.callbacks import Callback
 
 from .errors import ResultCacheError
 from .hashing import GraphHashes
+from .notices import warn_once
 from .report import CacheReport
 from .transport import CacheClient
 
@@ -78,11 +80,13 @@ def task_states(graph: Mapping[Key, GraphNode], order: list[Key], hashes: GraphH
 def run_summary(report: CacheReport, run_id: str, started: float, status: str, *,
                 states: dict[Key, tuple[str, str | None]] | None = None,
                 graph: Mapping[Key, GraphNode] | None = None, scheduled: int = 0,
-                done: int = 0, labels: Mapping[Key, str] | None = None) -> dict[str, Any]:
+                done: int = 0, labels: Mapping[Key, str] | None = None,
+                ended: float | None = None) -> dict[str, Any]:
     """The JSON body of ``POST /v1/runs``; with ``states``, the task list (or, past
-    :data:`MAX_RUN_TASKS` tasks, the counts by label)."""
+    :data:`MAX_RUN_TASKS` tasks, the counts by label). ``ended``: when the run ended
+    (default now; the poster thread builds bodies after the run returned)."""
     body: dict[str, Any] = {
-        "run_id": run_id, "namespace": report.namespace, "host": socket.gethostname(),
+        "run_id": run_id, "namespace": report.namespace, "host": _host(),
         "user": _user(), "started": started, "status": status, "tasks": report.tasks,
         "scheduled": scheduled, "done": done, "hits": report.hits, "loaded": report.loaded,
         "culled": report.culled, "computed": report.computed, "stored": report.stored,
@@ -90,7 +94,7 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
         "fallback": report.fallback,
     }
     if status != "running":
-        body["duration"] = max(time.time() - started, 0.0)
+        body["duration"] = max((time.time() if ended is None else ended) - started, 0.0)
     if states is None:
         return body
     labels = labels or {}
@@ -101,22 +105,29 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
         body["by_label"] = {label: dict(c) for label, c in
                             list(by_label.items())[:MAX_RUN_TASKS]}
         return body
-    body["task_list"] = task_list(states, graph or {}, labels)
+    body["task_list"] = task_list(states, graph or {}, labels, compact=True)
     return body
 
 
 def task_list(states: dict[Key, tuple[str, str | None]], graph: Mapping[Key, GraphNode],
-              labels: Mapping[Key, str]) -> list[dict[str, Any]]:
+              labels: Mapping[Key, str], *, compact: bool = False) -> list[dict[str, Any]]:
     """``states`` as the list of a run summary: key, label, state, reason and the positions
-    of the task's dependencies."""
+    of the task's dependencies. ``compact``: without a ``reason`` or ``deps`` that is empty
+    (the protocol's defaults: a lighter post)."""
     position = {key: i for i, key in enumerate(states)}
     tasks = []
     for key, (state, reason) in states.items():
         node = graph.get(key)
-        deps = [position[d] for d in (node.dependencies if node is not None else ())
-                if d in position][:_MAX_DEPS]
-        tasks.append({"key": str(key)[:1024], "label": (labels.get(key) or _name(key))[:1024],
-                      "state": state, "reason": reason and reason[:1024], "deps": deps})
+        task: dict[str, Any] = {"key": str(key)[:1024],
+                                "label": (labels.get(key) or _name(key))[:1024], "state": state}
+        if reason or not compact:
+            task["reason"] = reason and reason[:1024]
+        dependencies = node.dependencies if node is not None else ()
+        deps = [position[d] for d in dependencies if d in position][:_MAX_DEPS] \
+            if dependencies else []
+        if deps or not compact:
+            task["deps"] = deps
+        tasks.append(task)
     return tasks
 
 
@@ -148,28 +159,39 @@ def _post_queued() -> None:
         cache, body = _queue.get()
         try:
             cache.post_run(body() if callable(body) else body)
-        except ResultCacheError as exc:
-            logger.info("result cache: run summary not recorded (%s)", exc)
         except Exception as exc:  # the poster must outlive anything a body could cause
-            logger.info("result cache: run summary not sent (%s: %s)", type(exc).__name__, exc)
+            # Lost, never silently: one warning per server (then INFO records).
+            problem = str(exc) if isinstance(exc, ResultCacheError) else (
+                f"{type(exc).__name__}: {exc}")
+            warn_once(f"result cache: a run summary was not recorded by {cache.url} "
+                      f"({problem}); the runs are not affected (config "
+                      "result-cache.report-runs: false stops sending them)",
+                      key=f"run summaries: {cache.url}")
         finally:
             _queue.task_done()
+
+
+def _flush_at_exit() -> None:
+    if not flush_posts():
+        logger.warning("result cache: %d run summaries were not sent before Python exited "
+                       "(the server did not answer within %.0f s)", _queue.unfinished_tasks,
+                       _EXIT_SECONDS)
 
 
 _queue: queue.Queue[tuple[CacheClient, Any]] = queue.Queue()
 _poster: threading.Thread | None = None
 _poster_lock = threading.Lock()
-atexit.register(flush_posts)
+atexit.register(_flush_at_exit)
 
 
 class Progress(Callback):
     """Counts the tasks a local scheduler finishes and posts the count, at most once a
     second, from a thread of its own (a task never waits on the server)."""
 
-    def __init__(self, cache: CacheClient, summary: dict[str, Any]) -> None:
+    def __init__(self, cache: CacheClient, summary: Callable[[], dict[str, Any]]) -> None:
         super().__init__()
         self.cache = cache
-        self.summary = {k: v for k, v in summary.items() if k != "task_list"}
+        self.summary = summary  # the counts, made by the thread when it first posts
         self.done = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True,
@@ -189,11 +211,12 @@ class Progress(Callback):
         self.done += 1
 
     def _loop(self) -> None:
-        sent = 0
+        sent, summary = 0, None
         while not self._stop.wait(1.0):
             if self.done != sent:
                 sent = self.done
-                post_run(self.cache, {**self.summary, "done": sent})
+                summary = summary or self.summary()
+                post_run(self.cache, {**summary, "done": sent})
 
 
 def _name(key: Key) -> str:
@@ -201,6 +224,12 @@ def _name(key: Key) -> str:
     return str(name).rsplit("-", 1)[0] if isinstance(name, str) else str(name)
 
 
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()
+
+
+@functools.cache  # (getpwuid costs ~1 ms; the user does not change)
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -239,41 +268,61 @@ class RunReporter:
         self._timer = threading.Timer(_PLAN_AFTER, post_plan)
         self._timer.daemon = True
         self._timer.start()
-        counts = run_summary(report, self.run_id, self.started, "running",
-                             scheduled=scheduled)
-        return Progress(self.cache, counts) if self.local else contextlib.nullcontext()
+        if not self.local:
+            return contextlib.nullcontext()
+        return Progress(self.cache, lambda: run_summary(report, self.run_id, self.started,
+                                                        "running", scheduled=scheduled))
 
     def finish(self, report: CacheReport, stored: Set[str], status: str = "done") -> None:
         """The final counts; the task list the plan sent changes only where tasks were
         stored (their positions), so it is not built and sent twice."""
         done = self.scheduled if status == "done" else 0
         hashes = self.hashes.hashes
+        ended = time.time()
         with self._lock:
             self._finished = True
             planned = self._plan_queued
         if self._timer is not None:
             self._timer.cancel()
         if not planned:  # one post with everything
-            post_run(self.cache, lambda: {**self._summary(report, status, stored),
-                                          "done": done})
+            post_run(self.cache, lambda: {
+                **self._summary(report, status, stored, ended), "done": done,
+                "saved_hashes": self._saved(report)})
             return
 
         def body() -> dict[str, Any]:  # runs after the plan's, in the poster thread
             summary = run_summary(report, self.run_id, self.started, status,
-                                  scheduled=self.scheduled, done=done)
+                                  scheduled=self.scheduled, done=done, ended=ended)
             summary["stored_tasks"] = [i for i, key in enumerate(self._listed)
                                        if hashes.get(key) in stored]
+            summary["saved_hashes"] = self._saved(report)
             return summary
 
         post_run(self.cache, body)
 
-    def _summary(self, report: CacheReport, status: str, stored: Set[str]) -> dict[str, Any]:
+    def _summary(self, report: CacheReport, status: str, stored: Set[str],
+                 ended: float | None = None) -> dict[str, Any]:
         if len(self.order) > MAX_RUN_TASKS:  # a large run: its counts (no per-task pass)
             return run_summary(report, self.run_id, self.started, status,
-                               scheduled=self.scheduled)
+                               scheduled=self.scheduled, ended=ended)
         states = task_states(self.graph, self.order, self.hashes, self.hits,
                              report.loaded_keys, report.computed_keys, stored)
         self._listed = list(states)
         return run_summary(report, self.run_id, self.started, status, states=states,
                            graph=self.graph, scheduled=self.scheduled,
-                           labels=self.hashes.labels)
+                           labels=self.hashes.labels, ended=ended)
+
+    def _saved(self, report: CacheReport) -> list[str]:
+        """The hashes of the entries the run did not recompute (loaded, or culled and
+        found), loaded first, at most :data:`MAX_RUN_TASKS`: the server sums their
+        recorded compute seconds as the run's seconds saved."""
+        hashes, hits = self.hashes.hashes, self.hits
+        saved = dict.fromkeys(h for k in report.loaded_keys if (h := hashes.get(k)) in hits)
+        computed = set(report.computed_keys)
+        for key in self.order:
+            if len(saved) >= MAX_RUN_TASKS:
+                break
+            task_hash = hashes.get(key)
+            if task_hash in hits and key not in computed:
+                saved[task_hash] = None
+        return list(saved)[:MAX_RUN_TASKS]

@@ -119,7 +119,7 @@ class StoreQueue:
 def _send(batch: list[Queued]) -> list[bool]:
     cache = batch[0].cache
     try:
-        return cache.put_many([(q.task_hash, q.encoded, q.seconds, q.label, q.ttl)
+        return cache.put_many([(q.task_hash, q.encoded, q.seconds, q.label, q.ttl, q.run_id)
                                for q in batch])
     except CacheAccessDenied as exc:
         warn_once(f"result cache: {cache.url} refused to store results ({exc.status}: "

@@ -225,7 +225,7 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
             # The entry records the task's own time (the chain is only this run's estimate
             # of what recomputing costs, for the policy).
             if run.cache.put(spec.task_hash, payload, seconds, spec.label,
-                             ttl=spec.ttl, overwrite=spec.overwrite):
+                             ttl=spec.ttl, overwrite=spec.overwrite, run=run.run_id):
                 _stored(run.run_id, spec.task_hash, nbytes)
                 return True
             if spec.overwrite:  # no room for the new value: never serve the old one
@@ -341,7 +341,8 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
     return values[outkey]
 
 
-def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
+def load_result(cache: CacheClient, task_hash: str, label: str, run: str | None = None
+                ) -> Any:
     """Load a cached result; never returns a value that failed verification. Raises
     the warnings stored with it, as its computation did.
 
@@ -352,7 +353,7 @@ def load_result(cache: CacheClient, task_hash: str, label: str) -> Any:
     corruption (it drops an entry whose object fails verification on read).
     """
     try:
-        value = cache.get(task_hash)
+        value = cache.get(task_hash, run)
     except CacheEntryUnavailable:
         raise
     except CacheUnavailable as exc:

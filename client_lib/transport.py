@@ -320,13 +320,15 @@ class CacheClient:
     # -- objects ------------------------------------------------------------------------
 
     def put(self, task_hash: str, value: Any, compute_seconds: float, label: str, *,
-            ttl: float | None = None, overwrite: bool = False) -> bool:
+            ttl: float | None = None, overwrite: bool = False, run: str | None = None
+            ) -> bool:
         """Store ``value`` under ``task_hash``; ``True`` if the server now holds it, ``False``
         if it has no room (413/507). Raises :class:`CacheAccessDenied` without uploading once
         the server has refused a store from this client.
 
         ``ttl``: seconds after which the entry expires. ``overwrite``: replace an entry
-        that exists (without it, storing an indexed hash changes nothing)."""
+        that exists (without it, storing an indexed hash changes nothing). ``run``: the
+        id of the run that stores it (its ``store`` event names it)."""
         if self._store_refused is not None:
             raise self._store_refused
         enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
@@ -347,6 +349,8 @@ class CacheClient:
                 task_hash, enc.kind, enc.dtype, enc.shape, enc.digest)
         if ttl is not None:
             headers["X-Result-TTL"] = repr(float(ttl))
+        if run is not None:
+            headers["X-Result-Run"] = run
         # memoryview slices of the value itself: h11 copies each once into the request
         # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
         start = time.perf_counter()
@@ -365,16 +369,16 @@ class CacheClient:
         raise CacheProtocolError(f"PUT {task_hash}: {response.status_code} "
                                  f"{_detail(response)}")
 
-    def put_many(self, items: list[tuple[str, codec.Encoded, float, str, float | None]]
-                 ) -> list[bool]:
+    def put_many(self, items: list[tuple[str, codec.Encoded, float, str, float | None,
+                                         str | None]]) -> list[bool]:
         """Store small encoded values (``(task_hash, encoded, compute_seconds, label,
-        ttl)``, bodies below 1 MiB) in one ``POST /v1/objects/batch``: the server makes
+        ttl, run id)``, bodies below 1 MiB) in one ``POST /v1/objects/batch``: the server makes
         them durable together (one group commit) before it answers. Per item, whether the
         server now holds it. Raises like :meth:`put` for the whole request."""
         if self._store_refused is not None:
             raise self._store_refused
         parts: list[bytes | memoryview] = []
-        for task_hash, enc, seconds, label, ttl in items:
+        for task_hash, enc, seconds, label, ttl, run in items:
             meta: dict[str, Any] = {
                 "hash": task_hash, "kind": enc.kind, "digest": enc.digest,
                 "nbytes": enc.nbytes, "label": label, "type": enc.type_name,
@@ -386,6 +390,8 @@ class CacheClient:
                                                           enc.shape, enc.digest)
             if ttl is not None:
                 meta["ttl"] = float(ttl)
+            if run is not None:
+                meta["run"] = run
             header = json.dumps(meta, separators=(",", ":")).encode()
             parts += [len(header).to_bytes(4, "big"), header, enc.body]
         payload = b"".join(parts)
@@ -403,7 +409,7 @@ class CacheClient:
             raise CacheProtocolError(f"batch of {len(items)} answered with {len(results)}")
         return [r["status"] in (200, 201) for r in results]
 
-    def get(self, task_hash: str) -> Any:
+    def get(self, task_hash: str, run: str | None = None) -> Any:
         """Load and verify the value stored under ``task_hash``: read where it lies when
         this process sees the server's storage (config ``result-cache.direct-read``,
         :mod:`.direct`), else, or if that fails, over HTTP.
@@ -413,16 +419,17 @@ class CacheClient:
         :class:`CacheEntryUntrusted` if this client has a signing key and the entry no valid
         signature (checked on the headers: the body is not even downloaded; the server is
         told). Nothing is decoded, let alone unpickled, before both checks pass.
+        ``run``: the id of the run that loads it (the server's ``hit`` event names it).
         """
         start = time.perf_counter()
         if not self._storage_unseen and _direct_allowed():
-            value = self._get_direct(task_hash)
+            value = self._get_direct(task_hash, run)
             if value is not _NOT_DIRECT:
                 return _learned(value, start)
         failures: list[str] = []
         for base in self.endpoints.order():
             try:
-                found = self._get_from(base, task_hash)
+                found = self._get_from(base, task_hash, run)
             except CacheUnavailable as exc:
                 failures.append(str(exc))
                 self.endpoints.failed(base)
@@ -431,13 +438,13 @@ class CacheClient:
             return _learned(found, start)
         raise CacheUnavailable("; ".join(failures))
 
-    def _get_from(self, base: str, task_hash: str) -> Any:
+    def _get_from(self, base: str, task_hash: str, run: str | None = None) -> Any:
         """:meth:`get` from one server; :class:`CacheUnavailable` if it fails (the next
         one may answer)."""
         path = f"/v1/objects/{task_hash}"
         for attempt in range(_BUSY_RETRIES + 1):
             try:
-                with self._download(base, path) as (response, readinto):
+                with self._download(base, path, run) as (response, readinto):
                     wait = _busy_wait(response) if attempt < _BUSY_RETRIES else None
                     if wait is None:
                         return self._take_object(task_hash, response, readinto)
@@ -452,7 +459,7 @@ class CacheClient:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     @contextmanager
-    def _download(self, base: str, path: str
+    def _download(self, base: str, path: str, run: str | None = None
                   ) -> Iterator[tuple[httpx.Response, Callable[[memoryview], int]]]:
         """``GET base + path``: the response (status and headers; a body other than a
         200's already read) and a ``readinto`` that fills the caller's buffer from the
@@ -460,15 +467,17 @@ class CacheClient:
         on a kept-alive connection per thread: its ``readinto`` takes the body from the
         socket straight into the value's buffer, where httpx reads 64 KiB at a time
         through h11 (four copies and ~16k Python steps per GiB: a 1 GiB load cost 2.7-3.4
-        CPU-seconds in the client, BENCHMARKS.md, measure 5). Others go through httpx."""
+        CPU-seconds in the client, BENCHMARKS.md, measure 5). Others go through httpx.
+        ``run``: the loading run's id (``X-Result-Run``)."""
         if not light.plain_http(base):
-            with self.http.stream("GET", base + path) as response:
+            with self.http.stream("GET", base + path, headers=_run_header(run)) as response:
                 yield response, _readinto_from(response.iter_raw())
             return
         conns: dict[str, http.client.HTTPConnection] = self._downloads.__dict__.setdefault(
             "conns", {})
         conn = conns.pop(base, None)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        headers.update(_run_header(run) or {})
         try:
             raw = _send_get(conn, base, path, headers) if conn else None
         except (http.client.HTTPException, OSError):
@@ -507,12 +516,13 @@ class CacheClient:
             raise CacheEntryCorrupt(task_hash, digest, actual)
         return codec.decode(kind, dtype, shape, data)
 
-    def locate(self, task_hash: str) -> direct.Location | None:
+    def locate(self, task_hash: str, run: str | None = None) -> direct.Location | None:
         """Where the entry's object lies and what it is (``GET /v1/entries/{hash}/location``,
         which counts a hit), or ``None`` when the server has no such entry. Raises
         :class:`CacheEntryUntrusted` (reported to the server) when this client has a
         signing key and the entry no valid signature: checked before anything is read."""
-        response = self._request("GET", f"/v1/entries/{task_hash}/location")
+        response = self._request("GET", f"/v1/entries/{task_hash}/location",
+                                 headers=_run_header(run))
         if response.status_code == 404:
             return None
         _expect(response, 200)
@@ -534,12 +544,12 @@ class CacheClient:
             raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
         return place
 
-    def _get_direct(self, task_hash: str) -> Any:
+    def _get_direct(self, task_hash: str, run: str | None = None) -> Any:
         """The value read in place and verified, or ``_NOT_DIRECT`` (load over HTTP).
         The signature is checked on the entry's metadata before the object is read; a
         mismatch is :class:`CacheEntryUntrusted`, as over HTTP."""
         try:
-            place = self.locate(task_hash)
+            place = self.locate(task_hash, run)
         except CacheEntryUntrusted:
             raise
         except ResultCacheError:
@@ -598,6 +608,11 @@ class CacheClient:
         except ResultCacheError as exc:
             warn_once(f"result cache: could not report an untrusted entry to {self.url}: "
                       f"{exc}", key=f"report untrusted: {self.url}")
+
+
+def _run_header(run: str | None) -> dict[str, str] | None:
+    """``X-Result-Run``: the run a load or store belongs to (its event names it)."""
+    return {"X-Result-Run": run} if run is not None else None
 
 
 def _server_error(status: int) -> bool:

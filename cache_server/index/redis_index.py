@@ -287,13 +287,14 @@ class RedisIndex:
 
     # -- writes -----------------------------------------------------------------------------
 
-    async def add(self, manifest: Manifest, *, record: bool = True) -> tuple[Manifest, bool]:
+    async def add(self, manifest: Manifest, *, record: bool = True, run: str | None = None
+                  ) -> tuple[Manifest, bool]:
         """Index ``manifest`` unless its hash is indexed already.
 
         Returns the indexed manifest and whether it was added now. Call only once the object
         is durable in storage. ``manifest.pinned`` is kept; ``manifest.last_access`` is used
         when set (reindex), else ``created``. ``record=False`` (reindex) neither counts a
-        store nor records an event.
+        store nor records an event; ``run``: the run id its ``store`` event names.
         """
         await self.flush_lookups()
         key = self._manifest_key(manifest.hash)
@@ -309,17 +310,21 @@ class RedisIndex:
                 return existing, False
             first_reference = not await pipe.exists(refs)
             pipe.multi()
-            self._queue_add(pipe, manifest, first_reference, record)
+            self._queue_add(pipe, manifest, first_reference, record, run)
             await pipe.execute()
             return manifest, True
 
         return await watched(self.redis, attempt)
 
-    async def add_many(self, manifests: Sequence[Manifest]) -> list[tuple[Manifest, bool]]:
+    async def add_many(self, manifests: Sequence[Manifest],
+                       runs: Sequence[str | None] | None = None
+                       ) -> list[tuple[Manifest, bool]]:
         """:meth:`add` for many manifests (distinct hashes) in one transaction: what a
         batch store indexes once its objects are durable. Per manifest, in order, the
-        indexed manifest and whether it was added now."""
+        indexed manifest and whether it was added now. ``runs``: per manifest, the run
+        id its ``store`` event names."""
         await self.flush_lookups()
+        runs = list(runs) if runs is not None else [None] * len(manifests)
         if not manifests:
             return []
         keys = [self._manifest_key(m.hash) for m in manifests]
@@ -337,11 +342,11 @@ class RedisIndex:
                 await pipe.unwatch()
             else:
                 pipe.multi()
-                for manifest, found in zip(manifests, present, strict=True):
+                for manifest, found, run in zip(manifests, present, runs, strict=True):
                     if found:
                         continue
                     ref = self._refs_key(manifest.digest)
-                    self._queue_add(pipe, manifest, ref not in referenced, True)
+                    self._queue_add(pipe, manifest, ref not in referenced, True, run)
                     referenced.add(ref)
                 await pipe.execute()
             existing = [m.hash for m, found in zip(manifests, present, strict=True) if found]
@@ -354,7 +359,7 @@ class RedisIndex:
         return await watched(self.redis, attempt)
 
     def _queue_add(self, pipe: Any, manifest: Manifest, first_reference: bool,
-                   record: bool) -> None:
+                   record: bool, run: str | None = None) -> None:
         """Queue the writes that index ``manifest`` (inside a transaction); sets its
         ``last_access``."""
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
@@ -377,7 +382,8 @@ class RedisIndex:
             pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
         if record:
             pipe.hincrby(self._stats, "stores", 1)
-            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label)
+            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
+                            run=run)
         manifest.last_access = last_access
 
     async def remove(
@@ -423,7 +429,8 @@ class RedisIndex:
 
         return await watched(self.redis, attempt)
 
-    async def replace(self, manifest: Manifest) -> tuple[Manifest, int] | None:
+    async def replace(self, manifest: Manifest, run: str | None = None
+                      ) -> tuple[Manifest, int] | None:
         """Overwrite an indexed entry with ``manifest`` (a refreshed result), atomically.
 
         Returns the replaced manifest and how many entries still reference its digest
@@ -470,7 +477,7 @@ class RedisIndex:
             pipe.hincrby(self._stats, "stores", 1)
             pipe.hincrby(self._stats, "overwrites", 1)
             self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
-                            now=now)
+                            now=now, run=run)
             await pipe.execute()
             return old, len(others) + (1 if same else 0)
 
@@ -487,9 +494,10 @@ class RedisIndex:
             return None
         return Manifest.model_validate_json(text)
 
-    async def record_hit(self, manifest: Manifest, now: float | None = None) -> None:
+    async def record_hit(self, manifest: Manifest, now: float | None = None,
+                         run: str | None = None) -> None:
         """Count an object served: ``served``, saved seconds, the entry's hit count and
-        access time, a ``hit`` event (one transaction)."""
+        access time, a ``hit`` event naming ``run`` when known (one transaction)."""
         await self.flush_lookups()
         now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -501,7 +509,7 @@ class RedisIndex:
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
             self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now,
-                            seconds=saved)
+                            seconds=saved, run=run)
             await pipe.execute()
 
     async def record_untrusted(self, manifest: Manifest) -> None:
@@ -638,13 +646,13 @@ class RedisIndex:
         task_hash: str | None = None,
         label: str | None = None,
         now: float | None = None,
-        **counts: float | str,
+        **counts: float | str | None,
     ) -> None:
         event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
         if task_hash is not None:
             event["hash"] = task_hash
             event["label"] = label
-        event.update(counts)
+        event.update((k, v) for k, v in counts.items() if v is not None)
         pipe.xadd(
             self._events,
             {"e": json.dumps(event, separators=(",", ":"))},

@@ -18,7 +18,7 @@ from cache_server.models import RunSummary, RunTask, TaskState
 
 __all__ = ["RunStore"]
 
-_LISTS = {"task_list", "by_label", "stored_tasks"}
+_LISTS = {"task_list", "by_label", "stored_tasks", "saved_hashes"}
 
 
 class _Tasks(BaseModel):
@@ -40,7 +40,8 @@ class RunStore:
         """Record ``run``. A summary without a task list keeps the recorded one, with the
         tasks at ``stored_tasks`` set to stored. Returns the counts recorded (no lists)."""
         key, tasks_key = self._key(run.run_id), self._key(run.run_id) + ":tasks"
-        counts = run.model_copy(update={"task_list": [], "by_label": {}, "stored_tasks": []})
+        counts = run.model_copy(update={"task_list": [], "by_label": {}, "stored_tasks": [],
+                                        "saved_hashes": []})
 
         async def attempt(pipe: Any) -> None:
             await pipe.watch(tasks_key)
@@ -77,10 +78,10 @@ class RunStore:
                             *(self._key(r) + ":tasks" for r in old))
                 await pipe.execute()
 
-    async def status(self, run_id: str) -> str | None:
-        """The recorded status of a run (reads only its counts), or None."""
+    async def counts(self, run_id: str) -> RunSummary | None:
+        """A run's recorded counts (without its task list), or None."""
         text = await self.redis.get(self._key(run_id))
-        return None if text is None else RunSummary.model_validate_json(text).status
+        return None if text is None else RunSummary.model_validate_json(text)
 
     async def get(self, run_id: str) -> RunSummary | None:
         text, tasks = await self.redis.mget([self._key(run_id), self._key(run_id) + ":tasks"])

@@ -47,7 +47,7 @@ from cache_server.index.locks import LockBusy, RedisLock, ReplicaRegistry
 from cache_server.index.redis_index import RedisIndex
 from cache_server.index.runs import RunStore
 from cache_server.metrics import Metrics
-from cache_server.models import Event, Manifest, RunSummary, Stats
+from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, RunSummary, Stats
 from cache_server.service.body import PIECE_BYTES, UploadBody
 from cache_server.service.budget import MemoryBudget
 from cache_server.service.errors import (
@@ -191,10 +191,18 @@ class ResultCache:
 
     async def record_run(self, run: RunSummary) -> RunSummary:
         """Record a run's summary (docs/protocol.md, "Runs"); a ``run`` event marks its
-        start and its end, not every progress report."""
-        before = await self.runs.status(run.run_id)
+        start and its end, not every progress report. The seconds saved are the compute
+        seconds recorded with the entries of ``saved_hashes`` (never the client's figure);
+        a post without them keeps the recorded sum."""
+        before = await self.runs.counts(run.run_id)
+        if run.saved_hashes:
+            manifests = await self.index.manifests(sorted(set(run.saved_hashes)))
+            run.seconds_saved = sum(min(m.compute_seconds, MAX_COMPUTE_SECONDS)
+                                    for m in manifests if m is not None)
+        else:
+            run.seconds_saved = before.seconds_saved if before is not None else 0.0
         recorded = await self.runs.put(run)
-        if before != run.status:
+        if before is None or before.status != run.status:
             await self.index.record_run_event(run.run_id, run.status, run.stored)
         return recorded
 
@@ -332,9 +340,10 @@ class ResultCache:
                 raise
         manifest = manifest_for(sidecar, reference)
         manifest.type = upload.type_name or sidecar.type
-        if upload.overwrite and (replaced := await self.index.replace(manifest)) is not None:
+        if upload.overwrite and (replaced := await self.index.replace(
+                manifest, run=upload.run)) is not None:
             return manifest, True, replaced
-        indexed, created = await self.index.add(manifest)
+        indexed, created = await self.index.add(manifest, run=upload.run)
         if not created:  # indexed meanwhile (by another server on the same Redis)
             await self._forget_loser(upload, result, indexed)
         return indexed, created, None
@@ -448,12 +457,14 @@ class ResultCache:
                     outcomes[i] = exc
                 return
             manifests: list[Manifest] = []
+            runs: list[str | None] = []
             for _, upload, ref, result in stored:
+                runs.append(upload.run)
                 manifest = manifest_for(result.sidecar, ref)
                 manifest.type = upload.type_name or result.sidecar.type
                 manifests.append(manifest)
                 self.metrics.bytes_received.inc(result.sidecar.nbytes)
-            for (i, *_), indexed in zip(stored, await self.index.add_many(manifests),
+            for (i, *_), indexed in zip(stored, await self.index.add_many(manifests, runs),
                                         strict=True):
                 outcomes[i] = indexed
 
@@ -493,7 +504,8 @@ class ResultCache:
             raise EntryNotFound(task_hash)
         return updated
 
-    async def stream(self, task_hash: str) -> tuple[Manifest, AsyncGenerator[memoryview]]:
+    async def stream(self, task_hash: str, run: str | None = None
+                     ) -> tuple[Manifest, AsyncGenerator[memoryview]]:
         """An entry's body as verified pieces read from storage one at a time (each in a
         worker thread, never holding the whole object), and the manifest; counts the hit.
 
@@ -502,7 +514,8 @@ class ResultCache:
         :class:`EntryNotFound` before anything is sent. A later piece that fails its check
         drops the entry and raises from the generator: the response is cut off and the
         client never sees a complete body. While the generator lives it holds its memory
-        reservation (:class:`Busy` if the budget is spent) and its read mark; close it."""
+        reservation (:class:`Busy` if the budget is spent) and its read mark; close it.
+        ``run``: the run that loads it (its ``hit`` event names it)."""
         manifest = await self.manifest(task_hash)
         held = AsyncExitStack()
         try:
@@ -521,7 +534,7 @@ class ResultCache:
             await held.aclose()
             raise
         try:
-            await self.index.record_hit(manifest)
+            await self.index.record_hit(manifest, run=run)
         except RedisError as exc:  # the value is verified: a lost hit count must not lose it
             logger.warning("could not count a hit of %s: %s", task_hash, exc)
         self.metrics.served.inc()
@@ -541,7 +554,8 @@ class ResultCache:
         finally:
             await held.aclose()
 
-    async def locate(self, task_hash: str) -> tuple[Manifest, str | None]:
+    async def locate(self, task_hash: str, run: str | None = None
+                     ) -> tuple[Manifest, str | None]:
         """The manifest and where the object lies (``storage.location``) for a client
         about to read it in place (docs/architecture.md, "Direct reads"); counts the hit,
         as the client verifies the digest itself. A missing object drops the entry and
@@ -553,7 +567,7 @@ class ResultCache:
             await self._drop_corrupt(manifest)
             raise EntryNotFound(task_hash) from None
         try:
-            await self.index.record_hit(manifest)
+            await self.index.record_hit(manifest, run=run)
         except RedisError as exc:
             logger.warning("could not count a hit of %s: %s", task_hash, exc)
         self.metrics.served.inc()

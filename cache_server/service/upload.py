@@ -41,6 +41,7 @@ class Upload:
     signature: str | None = None
     ttl: float | None = None  # seconds the entry lives (X-Result-TTL); None: no expiry
     overwrite: bool = False  # replace an indexed entry (a refresh)
+    run: str | None = None  # the run that stores it (X-Result-Run): its store event names it
 
     def __post_init__(self) -> None:
         if self.ttl is not None and not (math.isfinite(self.ttl)
@@ -48,6 +49,8 @@ class Upload:
             raise InvalidUpload(f"X-Result-TTL must be seconds in (0, {MAX_TTL_SECONDS:.0f}]")
         if not is_digest(self.digest):
             raise InvalidUpload("X-Result-Digest must be 32 lowercase hex characters")
+        if self.run is not None and not is_digest(self.run):
+            raise InvalidUpload("X-Result-Run must be a run id: 32 lowercase hex characters")
         seconds = self.compute_seconds
         if not (math.isfinite(seconds) and 0 <= seconds <= MAX_COMPUTE_SECONDS):
             raise InvalidUpload("X-Result-Compute-Seconds must be a finite float from 0 to "

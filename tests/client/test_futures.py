@@ -233,3 +233,37 @@ def test_a_known_impure_function_is_volatile(cache_server, client):
     assert all(0 <= v < 1 for v in cc.gather(futures))
     assert cc.report.volatile == 2 and cc.report.loaded == 0  # never looked up or loaded
     assert stats(cache_server)["stores"] == before
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+def test_submit_and_map_are_reported_as_runs(cache_server, client):
+    """Each submit or map is a run on the dashboard: its counts, its task list, the seconds
+    it saved, and the run id its hit events name."""
+    import time
+
+    ns = uuid.uuid4().hex
+    cc = CachedClient(client, cache=cache_server.url, namespace=ns, policy="all")
+    assert cc.submit(double, 1).result() == 2
+    assert cc.gather(cc.map(double, [1, 2, 3])) == [2, 4, 6]
+
+    deadline = time.monotonic() + 60
+    while True:  # the runs end when their futures do: their last summaries follow
+        runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
+        mine = [r for r in runs if r["namespace"] == ns]
+        if len(mine) == 2 and all(r["status"] == "done" for r in mine):
+            break
+        assert time.monotonic() < deadline, mine
+        time.sleep(0.05)
+    mapped, submitted = mine  # newest first
+    assert (submitted["tasks"], submitted["computed"], submitted["loaded"]) == (1, 1, 0)
+    assert (mapped["tasks"], mapped["computed"], mapped["loaded"]) == (3, 2, 1)
+    assert mapped["seconds_saved"] > 0  # double(1), stored by the submit's run
+    task_list = httpx.get(f"{cache_server.url}/v1/runs/{mapped['run_id']}").json()["task_list"]
+    assert sorted(t["state"] for t in task_list) == ["computed", "computed", "loaded"]
+    events = httpx.get(f"{cache_server.url}/v1/events", params={"limit": 1000}).json()
+    hits = [e for e in events["events"] if e["kind"] == "hit" and e.get("run") in
+            {mapped["run_id"], submitted["run_id"]}]
+    assert [e["run"] for e in hits] == [mapped["run_id"]]

@@ -148,3 +148,34 @@ def test_an_entry_is_pinned_from_its_page_with_a_write_token(page, server):
         page.wait_for_selector(".swagger-ui .info, .redoc-wrap", timeout=20_000)
     assert not page.outside, page.outside
     assert any(u.endswith("/openapi.json") for u in page.requests)
+
+
+def slow_step(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_a_run_page_shows_the_seconds_the_run_saved(page, server):
+    ns = uuid.uuid4().hex
+    step = dask.delayed(slow_step, pure=True)(0.3)
+    with dask.config.set({"result-cache.token": WRITE}):
+        for _ in range(2):  # computed and stored, then loaded
+            cached_compute(step, cache=server.url, namespace=ns, policy="all",
+                           scheduler="threads")
+    sign_in(page, server, READ)
+    page.wait_for_timeout(500)  # the event stream is connected
+    with dask.config.set({"result-cache.token": WRITE}):
+        cached_compute(step, cache=server.url, namespace=ns, scheduler="threads")
+    # The live hit event names the run that loaded it.
+    link = page.wait_for_selector("#events li.new.hit a.run")
+    run_id = link.get_attribute("href").rsplit("/", 1)[1]
+    page.wait_for_selector(f"#events li.new.run a[href='/runs/{run_id}']")
+    run = api(server, f"/v1/runs/{run_id}")
+    assert run["namespace"] == ns and run["loaded"] == 1
+    assert run["seconds_saved"] >= 0.3
+    link.click()
+    page.wait_for_url(f"{server.url}/runs/{run_id}")
+    assert page.inner_text("#c-saved") == f"{run['seconds_saved']:.2f}"
+    assert not page.outside, page.outside

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -10,7 +11,7 @@ import dask
 import httpx
 import pytest
 
-from client_lib import cached_compute, last_report
+from client_lib import cached_compute, last_report, task_hashes
 from tests.server.conftest import MakeApp
 
 
@@ -87,7 +88,8 @@ def test_cached_compute_reports_its_runs(cache_server):
     assert last["done"] == last["scheduled"] > 0
     events = httpx.get(f"{cache_server.url}/v1/events", params={"limit": 1000}).json()
     # A quick run posts once, at its end (nothing while it runs).
-    assert [e["status"] for e in events["events"] if e.get("run") == mine[0]["run_id"]] == [
+    assert [e["status"] for e in events["events"]
+            if e["kind"] == "run" and e["run"] == mine[0]["run_id"]] == [
         "done"]
 
 
@@ -125,3 +127,53 @@ def test_runs_are_not_reported_when_turned_off(cache_server):
                        namespace=ns, scheduler="threads")
     runs = httpx.get(f"{cache_server.url}/v1/runs", params={"limit": 1000}).json()["runs"]
     assert not [r for r in runs if r["namespace"] == ns]
+
+
+def _sleepy(seconds: float, *deps: float) -> float:
+    time.sleep(seconds)
+    return seconds + sum(deps)
+
+
+def test_a_run_counts_the_seconds_it_saved_and_its_events_name_it(cache_server):
+    url, ns = cache_server.url, uuid.uuid4().hex
+    a = dask.delayed(_sleepy, pure=True)(0.2)
+    b = dask.delayed(_sleepy, pure=True)(0.1, a)
+    cached_compute(b, cache=url, namespace=ns, policy="all", scheduler="threads")
+    (first,) = finished_runs(url, ns, 1)
+    assert first["seconds_saved"] == 0.0 and first["computed"] == 2
+    entries = [httpx.get(f"{url}/v1/entries/{h}").json()
+               for h in task_hashes(b, namespace=ns).values()]
+    assert len(entries) == 2
+
+    cached_compute(b, cache=url, namespace=ns, policy="all", scheduler="threads")
+    second, _ = finished_runs(url, ns, 2)
+    assert (second["loaded"], second["culled"]) == (1, 1)
+    # b loaded, a culled: both entries' recorded seconds are saved
+    assert second["seconds_saved"] == pytest.approx(sum(e["compute_seconds"] for e in entries))
+    assert second["seconds_saved"] >= 0.3
+
+    events = httpx.get(f"{url}/v1/events", params={"limit": 1000}).json()["events"]
+    mine = {e["hash"] for e in entries}
+    stores = [e for e in events if e["kind"] == "store" and e.get("hash") in mine]
+    hits = [e for e in events if e["kind"] == "hit" and e.get("hash") in mine]
+    assert {e["run"] for e in stores} == {first["run_id"]} and len(stores) == 2
+    assert [e["run"] for e in hits] == [second["run_id"]]  # b, loaded (a was culled)
+
+
+@pytest.mark.anyio
+async def test_a_run_id_on_a_store_or_load_must_be_one(make_app: MakeApp):
+    client = await make_app()
+    task_hash, digest = uuid.uuid4().hex, uuid.uuid4().hex
+    headers = {"X-Result-Kind": "pickle", "X-Result-Digest": digest,
+               "X-Result-Compute-Seconds": "0.5", "X-Result-Label": "t",
+               "X-Result-Run": "not-a-run"}
+    put = await client.put(f"/v1/objects/{task_hash}", content=b"x", headers=headers)
+    assert put.status_code == 422
+    get = await client.get(f"/v1/objects/{task_hash}", headers={"X-Result-Run": "x" * 32})
+    assert get.status_code == 422
+    meta = json.dumps({"hash": task_hash, "kind": "pickle", "digest": digest, "nbytes": 1,
+                       "label": "t", "compute_seconds": 0.5, "run": "Z" * 32}).encode()
+    batch = await client.post("/v1/objects/batch",
+                              content=len(meta).to_bytes(4, "big") + meta + b"x",
+                              headers={"Content-Type": "application/x-result-batch"})
+    assert batch.status_code == 422 and "X-Result-Run" in batch.text

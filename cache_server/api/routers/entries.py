@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, TaskHash
 from cache_server.api.responses import errors
+from cache_server.api.routers.runs import RunHeader
 from cache_server.models import EntryList, Manifest, ObjectLocation
 from cache_server.service.upload import MAX_LABEL_CHARS
 from storage.header import DIGEST_PATTERN
@@ -38,11 +39,12 @@ async def get_entry(task_hash: TaskHash, cache: CacheDep) -> Manifest:
 
 
 @router.get("/v1/entries/{task_hash}/location", responses=errors(404))
-async def locate_entry(task_hash: TaskHash, cache: CacheDep) -> ObjectLocation:
+async def locate_entry(task_hash: TaskHash, cache: CacheDep,
+                       run: RunHeader = None) -> ObjectLocation:
     """The manifest and where its object lies, for a client that reads it in place and
     verifies it itself (docs/protocol.md, "Direct reads"). Counts a hit like ``GET
     /v1/objects/{hash}``."""
-    manifest, location = await cache.locate(task_hash)
+    manifest, location = await cache.locate(task_hash, run)
     return ObjectLocation(**manifest.model_dump(), location=location)
 
 

@@ -16,6 +16,7 @@ from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, SettingsDep, TaskHash
 from cache_server.api.errors import InvalidRequest, status_of
 from cache_server.api.responses import errors
+from cache_server.api.routers.runs import RunHeader
 from cache_server.models import Manifest
 from cache_server.service.body import PIECE_BYTES
 from cache_server.service.errors import BodyTooLarge
@@ -70,6 +71,7 @@ async def put_object(
     type_name: Annotated[str | None, Header(alias="X-Result-Type")] = None,
     signature: Annotated[str | None, Header(alias="X-Result-Signature")] = None,
     ttl: Annotated[float | None, Header(alias="X-Result-TTL")] = None,
+    run: RunHeader = None,
     overwrite: Annotated[bool, Query(description="replace an indexed entry")] = False,
 ) -> Response:
     """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
@@ -85,6 +87,7 @@ async def put_object(
         signature=signature,
         ttl=ttl,
         overwrite=overwrite,
+        run=run,
     )
     manifest, created = await cache.store(upload, request.stream())
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
@@ -143,10 +146,10 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
     responses={200: {"content": {_OCTETS: {}}}, **errors(404)},
 )
 async def get_object(task_hash: TaskHash, cache: CacheDep,
-                     settings: SettingsDep) -> StreamingResponse:
+                     settings: SettingsDep, run: RunHeader = None) -> StreamingResponse:
     """The verified body, streamed from storage; counts a hit and the entry's compute
     seconds as saved."""
-    manifest, pieces = await cache.stream(task_hash)
+    manifest, pieces = await cache.stream(task_hash, run)
     return _BodyResponse(pieces, settings.body_timeout, _object_headers(manifest))
 
 
@@ -179,7 +182,7 @@ def _batch_upload(meta: Any, nbytes: int) -> Upload:
         raise InvalidRequest(f"batch item header: missing or bad field {exc}") from None
     if not is_digest(task_hash):
         raise InvalidRequest(f"malformed task hash {task_hash[:64]!r}: need 32 lowercase hex")
-    optional = {k: meta.get(k) for k in ("dtype", "shape", "type", "signature", "ttl")}
+    optional = {k: meta.get(k) for k in ("dtype", "shape", "type", "signature", "ttl", "run")}
     if any(v is not None and not isinstance(v, str | int | float) for v in optional.values()):
         raise InvalidRequest("batch item header: optional fields must be strings or numbers")
     ttl = optional["ttl"]
@@ -193,6 +196,7 @@ def _batch_upload(meta: Any, nbytes: int) -> Upload:
         content_length=nbytes,
         signature=str(optional["signature"]) if optional["signature"] is not None else None,
         ttl=float(ttl) if ttl is not None else None,
+        run=str(optional["run"]) if optional["run"] is not None else None,
     )
 
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Header, Path, Query
 
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep
 from cache_server.api.responses import errors
 from cache_server.models import RunList, RunSummary
 
-__all__ = ["RunId", "router"]
+__all__ = ["RunHeader", "RunId", "router"]
 
 router = APIRouter(tags=["runs"])
 
 RunId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="32 lowercase hex")]
+#: ``X-Result-Run`` on loads and stores: the run they belong to (their event names it).
+RunHeader = Annotated[str | None, Header(
+    alias="X-Result-Run", pattern=r"^[0-9a-f]{32}$",
+    description="the id of the run this load or store belongs to (its event names it)")]
 
 
 @router.post("/v1/runs", dependencies=[WriteAccess], responses=errors(403))

@@ -22,7 +22,8 @@ function eventItem(e) {
   else if (e.kind === "run") what = `<a href="/runs/${escapeHtml(e.run)}">${escapeHtml(e.run.slice(0, 8))}</a> ` +
     escapeHtml(e.status) + (e.stored != null ? `, stored ${e.stored}` : "");
   else what = `<a href="/entries/${escapeHtml(e.hash)}">${escapeHtml(e.label || e.hash.slice(0, 12))}</a>` +
-    (e.seconds ? ` (${e.seconds.toFixed(2)} s saved)` : "");
+    (e.seconds ? ` (${e.seconds.toFixed(2)} s saved)` : "") +
+    (e.run ? ` <a class="run" href="/runs/${escapeHtml(e.run)}">run ${escapeHtml(e.run.slice(0, 8))}</a>` : "");
   li.innerHTML = `<time data-epoch="${e.time}"></time> <b>${escapeHtml(e.kind)}</b> ${what}`;
   showTimes(li);
   return li;
