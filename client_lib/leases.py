@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ import dask.config
 
 from .costs import estimate, expected_seconds
 from .errors import ResultCacheError
+from .singleton import process_singleton
 
 if TYPE_CHECKING:
     from .tasks import StoreRun, StoreSpec
@@ -201,30 +201,20 @@ class _Held:
     renewed: float
 
 
+@process_singleton
 class LeaseKeeper:
     """Renews the leases of running tasks and releases those not stored, from one
-    background thread per process. Thread safe; :func:`keeper` returns the instance."""
+    background thread per process. Thread safe; ``LeaseKeeper.get()`` returns the
+    instance."""
 
-    _instance: LeaseKeeper | None = None
-    _instance_lock = threading.Lock()
+    get: Callable[[], LeaseKeeper]
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._running: dict[tuple[str, str], _Held] = {}  # (holder, hash) -> lease
         self._released: dict[tuple[CacheClient, str], set[str]] = {}
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-
-    @classmethod
-    def get(cls) -> LeaseKeeper:
-        keeper = cls._instance
-        if keeper is None or keeper._pid != os.getpid():
-            with cls._instance_lock:
-                keeper = cls._instance
-                if keeper is None or keeper._pid != os.getpid():
-                    keeper = cls._instance = LeaseKeeper()
-                    atexit.register(keeper.flush)
-        return keeper
+        atexit.register(self.flush)
 
     def started(self, run: StoreRun, task_hash: str, label: str) -> None:
         with self._lock:

@@ -12,7 +12,6 @@ own.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from .codec import Encoded
 from .errors import CacheAccessDenied, ResultCacheError
 from .notices import warn_once
+from .singleton import process_singleton
 from .transport import CacheClient
 
 __all__ = ["MAX_OBJECT_BYTES", "Queued", "StoreQueue"]
@@ -45,28 +45,17 @@ class Queued:
     done: Callable[[bool], None]
 
 
+@process_singleton
 class StoreQueue:
-    """The process's queue of results to store (:meth:`get`)."""
+    """The process's queue of results to store (``StoreQueue.get()``)."""
 
-    _instance: StoreQueue | None = None
-    _instance_lock = threading.Lock()
+    get: Callable[[], StoreQueue]
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: list[Queued] = []
         self._open: dict[str, int] = {}  # run id -> results queued or in flight
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
-
-    @classmethod
-    def get(cls) -> StoreQueue:
-        queue = cls._instance
-        if queue is None or queue._pid != os.getpid():
-            with cls._instance_lock:
-                queue = cls._instance
-                if queue is None or queue._pid != os.getpid():
-                    queue = cls._instance = StoreQueue()
-        return queue
 
     def submit(self, item: Queued) -> None:
         with self._cond:
