@@ -40,7 +40,8 @@ _READ_THREADS = 8
 class Location:
     """An entry's object as ``GET /v1/entries/{hash}/location`` describes it: ``path`` is
     where this process sees its payload (``None``: it cannot), the rest is the manifest's
-    (dtype and shape in their wire form)."""
+    (dtype and shape in their wire form). ``body``: the body digest the entry's signature
+    binds, once checked (``""``: a client without a signing key)."""
 
     path: Path | str | None
     storage: str
@@ -49,6 +50,7 @@ class Location:
     shape: str
     digest: str
     label: str = ""
+    body: str = ""
 
 
 class DirectReadFailed(Exception):

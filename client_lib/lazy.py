@@ -6,7 +6,9 @@ docs/architecture.md, "Lazy reload".
   10 GiB intermediate costs one request and one small file, and computing a slice reads
   only the chunks under it. Each chunk is verified when read against the digest storage
   recorded for it (``chunk_digests.json`` beside ``zarr.json``), after the entry's
-  signature was checked at open.
+  signature was checked at open; with a signing key, against the chunk's BLAKE3 digest
+  from that file, whose root the signature binds (client_lib/body_hash.py), so storage's
+  own record need not be trusted.
 - Otherwise the collection is rebuilt from load tasks, each a full verified load
   (``load_result``: direct read or HTTP, signature, digest, recorded warnings, handle
   checks) when computed: one per chunk or partition when each is cached (what
@@ -24,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import blake3
 import numpy as np
 import xxhash
 from dask._task_spec import Task
@@ -32,8 +35,9 @@ from dask.core import flatten
 from dask.utils import key_split
 
 from .api import _hash, _namespace, resolve_cache
+from .body_hash import root_of
 from .direct import Location
-from .errors import CacheEntryCorrupt, ResultCacheError
+from .errors import CacheEntryCorrupt, CacheEntryUntrusted, ResultCacheError
 from .graph import Materialized, materialize
 from .tasks import load_result
 from .transport import CacheClient
@@ -66,9 +70,9 @@ def open_cached(collection: Any, *, cache: str | CacheClient | None = None,
     is_array = _is_array(collection)
     _, [(output, label)] = _outputs(collection, client, namespace, optimize_graph, True)
     place = client.locate(output) if client.lookup([output]) else None
-    if is_array and place is not None and _lazy_zarr(place):
+    if is_array and place is not None and _lazy_zarr(place, client):
         # The finished array (concatenated chunks) as one Zarr array, sliced lazily.
-        return _zarr_array(place, output, collection)
+        return _zarr_array(place, output, collection, client)
     m, parts = _outputs(collection, client, namespace, optimize_graph, False)
     found = client.lookup({h for h, _ in parts})
     missing = [(key, h, label) for key, (h, label) in zip(m.keys, parts, strict=True)
@@ -192,19 +196,30 @@ def _load_one(args: tuple[CacheClient, str, str]) -> Any:
     return load_result(*args)
 
 
-def _lazy_zarr(place: Location) -> bool:
+def _lazy_zarr(place: Location, client: CacheClient) -> bool:
     # Local Zarr arrays only: an object store's (an s3:// location) load whole, verified.
-    return (place.storage == "zarr" and isinstance(place.path, Path)
-            and (place.path / CHUNK_DIGESTS_NAME).is_file())
+    # A signing client needs the chunks' BLAKE3 digests (a file written before them: whole).
+    if not (place.storage == "zarr" and isinstance(place.path, Path)
+            and (place.path / CHUNK_DIGESTS_NAME).is_file()):
+        return False
+    return client.signing_key is None or "blake3" in json.loads(
+        (place.path / CHUNK_DIGESTS_NAME).read_bytes())
 
 
-def _zarr_array(place: Location, task_hash: str, like: Any) -> Any:
+def _zarr_array(place: Location, task_hash: str, like: Any, client: CacheClient) -> Any:
     """A dask array with one block per chunk of the Zarr array at ``place``."""
     import dask.array as da
 
     assert isinstance(place.path, Path)
     meta = json.loads((place.path / "zarr.json").read_bytes())
-    digests = tuple(json.loads((place.path / CHUNK_DIGESTS_NAME).read_bytes())["digests"])
+    recorded = json.loads((place.path / CHUNK_DIGESTS_NAME).read_bytes())
+    digests = tuple(recorded["digests"])
+    if place.body:  # signed: the BLAKE3 digests, trusted once their root is the signed one
+        digests = tuple(recorded["blake3"])
+        if root_of([bytes.fromhex(d) for d in digests]) != place.body:
+            client.report_untrusted(task_hash)
+            raise CacheEntryUntrusted(task_hash, "its chunks are not those its signature "
+                                      "binds; not opened")
     shape = tuple(json.loads(place.shape))
     grid = tuple(meta["chunk_grid"]["configuration"]["chunk_shape"])
     chunks = da.core.normalize_chunks(grid, shape)
@@ -240,8 +255,11 @@ def _read_block(path: str, digests: tuple[str, ...], dtype_text: str, task_hash:
                                  else stored.astype(dtype, copy=False))
     grid = tuple(-(-n // c) for c, n in zip(array.chunks, array.shape, strict=True))
     index = int(np.ravel_multi_index(block_id, grid)) if block_id else 0
-    actual = xxhash.xxh3_128_hexdigest(memoryview(block).cast("B"))
-    if actual != digests[index]:
+    data = block.reshape(-1).view(np.uint8)  # (a memoryview refuses datetime dtypes)
+    expected = digests[index]
+    actual = (blake3.blake3(data).hexdigest() if len(expected) == 64
+              else xxhash.xxh3_128_hexdigest(data))
+    if actual != expected:
         raise CacheEntryCorrupt(task_hash, digests[index], actual)
     return block
 

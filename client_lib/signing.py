@@ -2,8 +2,10 @@
 
 A cached pickle is code, and the content digest proves nothing about who wrote it. With
 ``result-cache.signing-key`` set, every stored object carries an HMAC-SHA256 that binds it
-to its task (hash, kind, dtype, shape, content digest), and clients check it before anything
-is unpickled; task hashes are keyed as well, so nobody without the key can compute them.
+to its task (hash, kind, dtype, shape, content digest) and to its exact bytes through their
+BLAKE3 digest (:mod:`.body_hash`: the xxh3 content digest is not cryptographic, so a
+writer could match it with other bytes), and clients check both before anything is
+decoded; task hashes are keyed as well, so nobody without the key can compute them.
 
 The secret never leaves the clients. Two keys are derived from it, one per purpose, and only
 those travel with the tasks to the workers (a :class:`SigningKey` pickles as them).
@@ -18,12 +20,15 @@ import dask.config
 
 __all__ = ["MIN_SECRET_CHARS", "SIGNATURE_VERSION", "SigningKey", "configured_key"]
 
-SIGNATURE_VERSION = "v1"
+#: ``v1`` (no body digest: a body with the same xxh3 digest passed) is refused.
+SIGNATURE_VERSION = "v2"
 #: ``dask-cache keygen`` prints 64 hex characters (256 bits); shorter secrets are refused.
 MIN_SECRET_CHARS = 32
 _SIGNATURE_PREFIX = b"dask-result-cache signature "
 _SIG_CONTEXT = b"dask-result-cache signature"
-_HASH_CONTEXT = b"dask-result-cache task hash"
+# "v2": keyed hashes changed with the signatures, so entries signed v1 are never looked up.
+_HASH_CONTEXT = b"dask-result-cache task hash v2"
+_BODY_CHARS = 64
 
 
 class SigningKey:
@@ -65,26 +70,36 @@ class SigningKey:
 
     # -- signatures -----------------------------------------------------------------------
 
-    def sign(self, task_hash: str, kind: str, dtype: str, shape: str, digest: str) -> str:
-        """The ``X-Result-Signature`` of one stored object."""
-        message = _message(SIGNATURE_VERSION, _fields(task_hash, kind, dtype, shape, digest))
-        return f"{SIGNATURE_VERSION}.{hmac.digest(self._sig_key, message, 'sha256').hex()}"
+    def sign(self, task_hash: str, kind: str, dtype: str, shape: str, digest: str,
+             body: str) -> str:
+        """The ``X-Result-Signature`` of one stored object: ``v2.<body digest>.<mac>``,
+        ``body`` being its :func:`~client_lib.body_hash.body_root`."""
+        if len(body) != _BODY_CHARS or not _is_hex(body):
+            raise ValueError(f"not a body digest: {body!r}")
+        mac = hmac.digest(self._sig_key, _message(SIGNATURE_VERSION, _fields(
+            task_hash, kind, dtype, shape, digest, body)), "sha256")
+        return f"{SIGNATURE_VERSION}.{body}.{mac.hex()}"
 
     def verify(self, signature: str | None, task_hash: str, kind: str, dtype: str,
-               shape: str, digest: str) -> bool:
-        """Whether ``signature`` is ours for exactly this task and object (constant time
-        in the signature). ``None``, an unknown version or malformed text: ``False``."""
+               shape: str, digest: str) -> str | None:
+        """The body digest ``signature`` binds, if it is ours for exactly this task and
+        object (constant time in the signature), else ``None`` (also for ``None``, an
+        unknown version or malformed text). The caller must then check the body against
+        it before decoding anything."""
         if not signature:
-            return False
-        version, _, _ = signature.partition(".")
-        if version != SIGNATURE_VERSION:
-            return False
+            return None
+        version, _, rest = signature.partition(".")
+        body, _, _ = rest.partition(".")
+        if version != SIGNATURE_VERSION or len(body) != _BODY_CHARS or not _is_hex(body):
+            return None
         try:
-            expected = self.sign(task_hash, kind, dtype, shape, digest)
+            expected = self.sign(task_hash, kind, dtype, shape, digest, body)
         except ValueError:
-            return False
-        return hmac.compare_digest(expected.encode("ascii"),
-                                   signature.encode("ascii", errors="replace"))
+            return None
+        if not hmac.compare_digest(expected.encode("ascii"),
+                                   signature.encode("ascii", errors="replace")):
+            return None
+        return body
 
 
 def _from_derived(sig_key: bytes, hash_key: bytes) -> SigningKey:
@@ -93,12 +108,16 @@ def _from_derived(sig_key: bytes, hash_key: bytes) -> SigningKey:
     return key
 
 
-def _fields(task_hash: str, kind: str, dtype: str, shape: str,
-            digest: str) -> list[tuple[str, str]]:
-    """The signed metadata of version 1, in order. A later version appends fields (e.g. a
-    digest of recorded warnings) under a new version string."""
+def _fields(task_hash: str, kind: str, dtype: str, shape: str, digest: str,
+            body: str) -> list[tuple[str, str]]:
+    """The signed fields of version 2, in order. A later version appends fields under a
+    new version string."""
     return [("hash", task_hash), ("kind", kind), ("dtype", dtype), ("shape", shape),
-            ("digest", digest)]
+            ("digest", digest), ("body", body)]
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def _message(version: str, fields: Sequence[tuple[str, str]]) -> bytes:

@@ -11,6 +11,7 @@ callers decide how to degrade.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import itertools
 import json
@@ -31,6 +32,7 @@ import numpy as np
 from dask.sizeof import sizeof
 
 from . import codec, direct, light
+from .body_hash import body_root
 from .endpoints import Endpoints, normalize_urls
 from .errors import (
     CacheAccessDenied,
@@ -345,8 +347,7 @@ class CacheClient:
             headers["X-Result-Dtype"] = enc.dtype
             headers["X-Result-Shape"] = enc.shape
         if self.signing_key is not None:
-            headers["X-Result-Signature"] = self.signing_key.sign(
-                task_hash, enc.kind, enc.dtype, enc.shape, enc.digest)
+            headers["X-Result-Signature"] = self._sign(task_hash, enc)
         if ttl is not None:
             headers["X-Result-TTL"] = repr(float(ttl))
         if run is not None:
@@ -386,8 +387,7 @@ class CacheClient:
             if enc.kind == "ndarray":
                 meta["dtype"], meta["shape"] = enc.dtype, enc.shape
             if self.signing_key is not None:
-                meta["signature"] = self.signing_key.sign(task_hash, enc.kind, enc.dtype,
-                                                          enc.shape, enc.digest)
+                meta["signature"] = self._sign(task_hash, enc)
             if ttl is not None:
                 meta["ttl"] = float(ttl)
             if run is not None:
@@ -408,6 +408,11 @@ class CacheClient:
         if len(results) != len(items):
             raise CacheProtocolError(f"batch of {len(items)} answered with {len(results)}")
         return [r["status"] in (200, 201) for r in results]
+
+    def _sign(self, task_hash: str, enc: codec.Encoded) -> str:
+        assert self.signing_key is not None
+        return self.signing_key.sign(task_hash, enc.kind, enc.dtype, enc.shape, enc.digest,
+                                     body_root(enc.kind, enc.dtype, enc.shape, enc.body))
 
     def get(self, task_hash: str, run: str | None = None) -> Any:
         """Load and verify the value stored under ``task_hash``: read where it lies when
@@ -509,11 +514,13 @@ class CacheClient:
         h = response.headers
         kind, digest = h["x-result-kind"], h["x-result-digest"]
         dtype, shape = h.get("x-result-dtype", ""), h.get("x-result-shape", "")
-        if not self._trusted(task_hash, h):
+        signed = self._signed_body(task_hash, h)
+        if signed is None:
             raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
         data, actual = _read_body(readinto, h.get("content-length"), kind, dtype, shape)
         if actual != digest:
             raise CacheEntryCorrupt(task_hash, digest, actual)
+        _check_body(task_hash, signed, kind, dtype, shape, data)
         return codec.decode(kind, dtype, shape, data)
 
     def locate(self, task_hash: str, run: str | None = None) -> direct.Location | None:
@@ -538,10 +545,13 @@ class CacheClient:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CacheProtocolError(f"bad location of {task_hash}: {exc!r}") from None
         key = self.signing_key
-        if key is not None and not key.verify(signature, task_hash, place.kind, place.dtype,
-                                              place.shape, place.digest):
-            self.report_untrusted(task_hash)
-            raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
+        if key is not None:
+            signed = key.verify(signature, task_hash, place.kind, place.dtype, place.shape,
+                                place.digest)
+            if signed is None:
+                self.report_untrusted(task_hash)
+                raise CacheEntryUntrusted(task_hash, _UNTRUSTED)
+            place = dataclasses.replace(place, body=signed)
         return place
 
     def _get_direct(self, task_hash: str, run: str | None = None) -> Any:
@@ -566,13 +576,22 @@ class CacheClient:
             logger.info("result cache: direct read of %s failed (%s); loading over HTTP",
                         task_hash, exc)
             return _NOT_DIRECT
+        if self.signing_key is not None:
+            try:
+                _check_body(task_hash, place.body, place.kind, place.dtype, place.shape, body)
+            except CacheEntryUntrusted:
+                self.report_untrusted(task_hash)
+                raise
         return codec.decode(place.kind, place.dtype, place.shape, body)
 
-    def _trusted(self, task_hash: str, headers: httpx.Headers) -> bool:
-        """Whether an object's headers carry our signature for ``task_hash`` (always, for a
-        client without a key)."""
+    def _signed_body(self, task_hash: str, headers: httpx.Headers) -> str | None:
+        """The body digest our signature in an object's headers binds for ``task_hash``
+        (``""`` for a client without a key, which checks nothing), or ``None``: no valid
+        signature."""
         key = self.signing_key
-        return key is None or key.verify(
+        if key is None:
+            return ""
+        return key.verify(
             headers.get("x-result-signature"), task_hash, headers.get("x-result-kind", ""),
             headers.get("x-result-dtype", ""), headers.get("x-result-shape", ""),
             headers.get("x-result-digest", ""))
@@ -590,8 +609,8 @@ class CacheClient:
                 response = self._request("HEAD", f"/v1/objects/{task_hash}")
             except ResultCacheError:
                 return False  # unknown: its own load will tell
-            return response.status_code == 200 and not self._trusted(task_hash,
-                                                                        response.headers)
+            return (response.status_code == 200
+                    and self._signed_body(task_hash, response.headers) is None)
 
         with ThreadPoolExecutor(max_workers=min(8, len(hashes))) as pool:
             found = {h for h, bad in zip(hashes, pool.map(untrusted, hashes), strict=True)
@@ -608,6 +627,16 @@ class CacheClient:
         except ResultCacheError as exc:
             warn_once(f"result cache: could not report an untrusted entry to {self.url}: "
                       f"{exc}", key=f"report untrusted: {self.url}")
+
+
+def _check_body(task_hash: str, signed: str, kind: str, dtype: str, shape: str,
+                body: Any) -> None:
+    """Raise :class:`CacheEntryUntrusted` unless ``body`` has the body digest ``signed``
+    binds (nothing to check for ``""``: a client without a key). Bytes that match the
+    content digest but not this were written to pass for the signed ones."""
+    if signed and body_root(kind, dtype, shape, body) != signed:
+        raise CacheEntryUntrusted(task_hash, "the body is not the one its signature binds; "
+                                  "not loaded")
 
 
 def _run_header(run: str | None) -> dict[str, str] | None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import blake3
 import numcodecs
 import numpy as np
 import xxhash
@@ -73,8 +74,11 @@ __all__ = [
 
 CHUNK_TARGET_BYTES = 16 * 2**20
 #: Beside ``zarr.json``: the xxh3-128 (hex) of every chunk's bytes as they arrived (the
-#: true dtype, C order), chunks in C order of the grid. A lazy reader verifies each chunk it
-#: reads against it (``client_lib.open_cached``); the object's digest covers the whole body.
+#: true dtype, C order), chunks in C order of the grid (``digests``), and their BLAKE3
+#: (``blake3``, 64 hex each). A lazy reader verifies each chunk it reads against them
+#: (``client_lib.open_cached``): a signing client checks the BLAKE3 list against the body
+#: digest its signature binds (docs/protocol.md, "Signed results"); the object's digest
+#: covers the whole body.
 CHUNK_DIGESTS_NAME = "chunk_digests.json"
 MIN_COMPRESSION_RATIO = 1.3
 _SAMPLE_WINDOW = 256 * 2**10
@@ -314,9 +318,11 @@ class _ZarrPayload(Payload):
         self._buffer: bytearray | None = None
         self._filled = 0
         self._digests: list[str] = []
+        self._blake3: list[str] = []
         self._raw = False  # chunk files written as they are (decided with the array)
         self._file: BinaryIO | None = None  # the raw chunk file being written
         self._hasher: xxhash.xxh3_128 | None = None  # ... and its running chunk digest
+        self._strong: blake3.blake3 | None = None  # ... and its BLAKE3
         self._syncs: list[Future[None]] = []
         self._next_region()
 
@@ -355,6 +361,7 @@ class _ZarrPayload(Payload):
                 self._append_raw(piece)
                 return
         self._digests.append(xxhash.xxh3_128_hexdigest(piece))
+        self._blake3.append(blake3.blake3(piece).hexdigest())
         self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(
             self._dims)
         self._syncs.append(_SYNCS.submit(fsync_file, self._chunk_path()))
@@ -374,8 +381,10 @@ class _ZarrPayload(Payload):
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed below
             self._hasher = xxhash.xxh3_128()
-        assert self._hasher is not None
+            self._strong = blake3.blake3()
+        assert self._hasher is not None and self._strong is not None
         self._hasher.update(piece)
+        self._strong.update(piece)
         view = piece
         while view:
             view = view[self._file.write(view):]
@@ -384,8 +393,9 @@ class _ZarrPayload(Payload):
             return
         self._file.truncate(self._itemsize * math.prod(self._chunks))
         self._digests.append(self._hasher.hexdigest())
+        self._blake3.append(self._strong.hexdigest())
         self._syncs.append(_SYNCS.submit(_sync_and_close, self._file))
-        self._file, self._hasher, self._filled = None, None, 0
+        self._file, self._hasher, self._strong, self._filled = None, None, None, 0
         self._next_region()
 
     def finish(self) -> None:
@@ -397,7 +407,8 @@ class _ZarrPayload(Payload):
         syncs, self._syncs = self._syncs, []
         for sync in syncs:
             sync.result()  # an fsync's error fails the write
-        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps({"digests": self._digests}))
+        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps(
+            {"digests": self._digests, "blake3": self._blake3}))
 
     def close(self) -> None:
         self._buffer = None

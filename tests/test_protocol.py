@@ -92,3 +92,51 @@ def test_the_client_speaks_the_lease_routes(cache_server):
     assert client.release_leases(hashes, theirs) == 0
     assert client.release_leases(hashes, mine) == 3
     assert not client.lease_status(hashes[0])["leased"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 3000), min_size=0, max_size=4),
+       st.sampled_from([1, 2, 8, 16, 4096, 3 * 2**20, 17 * 2**20]))
+def test_both_sides_cut_arrays_into_the_same_chunks(shape, itemsize):
+    """The signed body digest's pieces (client_lib/body_hash.py) are storage's Zarr chunks:
+    a lazy reader verifies one chunk against one piece digest."""
+    from client_lib.body_hash import CHUNK_TARGET_BYTES, chunk_shape
+    from storage import _zarr
+
+    assert CHUNK_TARGET_BYTES == _zarr.CHUNK_TARGET_BYTES
+    assert chunk_shape(tuple(shape), itemsize) == _zarr.chunk_shape(tuple(shape), itemsize)
+
+
+@settings(max_examples=100, deadline=None)
+@given(hnp.arrays(st.sampled_from(["<f8", "|u1", "<i2"]),
+                  hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=40)),
+       st.integers(1, 4000))
+def test_an_arrays_pieces_are_its_chunks_in_grid_order(arr, target):
+    """Cut with a small chunk target, an array's pieces are its Zarr chunks' bytes in C
+    order of the grid, as storage records their digests."""
+    import itertools
+    import json
+
+    from client_lib import body_hash
+
+    original = body_hash.CHUNK_TARGET_BYTES
+    body_hash.CHUNK_TARGET_BYTES = target
+    try:
+        enc = codec.encode(arr)
+        sizes = list(body_hash.piece_sizes(enc.kind, enc.dtype, enc.shape, enc.nbytes))
+        chunks = body_hash.chunk_shape(arr.shape, arr.dtype.itemsize)
+    finally:
+        body_hash.CHUNK_TARGET_BYTES = original
+    assert sum(sizes) == arr.nbytes
+    if arr.size == 0:
+        assert sizes == [0]
+        return
+    grid = [range(0, n, c) for n, c in zip(arr.shape, chunks, strict=True)]
+    expected = [arr[tuple(slice(s, s + c) for s, c in zip(start, chunks, strict=True))]
+                .tobytes() for start in itertools.product(*grid)]
+    body = bytes(enc.body)
+    got, pos = [], 0
+    for size in sizes:
+        got.append(body[pos:pos + size])
+        pos += size
+    assert got == expected, json.dumps([len(g) for g in got])

@@ -10,11 +10,13 @@ import pickle
 import subprocess
 import sys
 
+import blake3
 import dask
 import pytest
 
 from client_lib import CacheClient
 from client_lib.api import resolve_cache
+from client_lib.body_hash import body_root
 from client_lib.signing import SigningKey
 
 SECRET = "3f" * 32
@@ -23,38 +25,51 @@ URL = "http://cache-server:8780"
 
 
 def documented_signature(secret: str, task_hash: str, kind: str, dtype: str, shape: str,
-                         digest: str) -> str:
+                         digest: str, body: str) -> str:
     """docs/protocol.md, "Signed results", step by step."""
     k_sig = hmac.new(secret.encode(), b"dask-result-cache signature", hashlib.sha256).digest()
-    message = (f"dask-result-cache signature v1\nhash={task_hash}\nkind={kind}\n"
-               f"dtype={dtype}\nshape={shape}\ndigest={digest}\n").encode()
-    return "v1." + hmac.new(k_sig, message, hashlib.sha256).hexdigest()
+    message = (f"dask-result-cache signature v2\nhash={task_hash}\nkind={kind}\n"
+               f"dtype={dtype}\nshape={shape}\ndigest={digest}\nbody={body}\n").encode()
+    return f"v2.{body}." + hmac.new(k_sig, message, hashlib.sha256).hexdigest()
+
+
+def documented_body_digest(body: bytes) -> str:
+    """One piece (a pickle, or an array below 16 MiB): BLAKE3 over BLAKE3 of the body."""
+    return blake3.blake3(b"dask-result-cache body v2\n"
+                         + blake3.blake3(body).digest()).hexdigest()
 
 
 def documented_keyed_hash(secret: str, digest: bytes) -> str:
-    k_hash = hmac.new(secret.encode(), b"dask-result-cache task hash", hashlib.sha256).digest()
+    k_hash = hmac.new(secret.encode(), b"dask-result-cache task hash v2",
+                      hashlib.sha256).digest()
     return hmac.new(k_hash, digest, hashlib.sha256).digest()[:16].hex()
 
 
 def test_signatures_and_keyed_hashes_are_what_the_protocol_says():
     key = SigningKey(SECRET)
+    body = documented_body_digest(b"the body")
+    assert body == body_root("pickle", "", "", b"the body")
     fields = ("ab" * 16, "ndarray", "<f8", "[3,4]", "cd" * 16)
-    assert key.sign(*fields) == documented_signature(SECRET, *fields)
-    assert key.verify(documented_signature(SECRET, *fields), *fields)
+    assert key.sign(*fields, body) == documented_signature(SECRET, *fields, body)
+    assert key.verify(documented_signature(SECRET, *fields, body), *fields) == body
     assert key.keyed_hash(b"\x01" * 16) == documented_keyed_hash(SECRET, b"\x01" * 16)
 
 
 def test_a_signature_binds_every_field():
     key = SigningKey(SECRET)
+    body = "ee" * 32
     fields = ["ab" * 16, "pickle", "", "", "cd" * 16]
-    signature = key.sign(*fields)
+    signature = key.sign(*fields, body)
     for i, other in enumerate(["ef" * 16, "ndarray", "<f8", "[1]", "00" * 16]):
         changed = list(fields)
         changed[i] = other
-        assert not key.verify(signature, *changed), i
-    assert not SigningKey(OTHER).verify(signature, *fields)
-    for bad in (None, "", "v2." + signature[3:], signature[:-1], signature + "0", "v1.zz"):
-        assert not key.verify(bad, *fields), bad
+        assert key.verify(signature, *changed) is None, i
+    assert SigningKey(OTHER).verify(signature, *fields) is None
+    other_body = signature.replace(body, "ff" * 32)  # a body digest of the forger's bytes
+    v1 = "v1." + signature.rpartition(".")[2]  # the old format, without a body digest
+    for bad in (None, "", "v3." + signature[3:], signature[:-1], signature + "0", "v2.zz",
+                other_body, v1):
+        assert key.verify(bad, *fields) is None, bad
 
 
 def test_weak_or_mangled_keys_are_refused():

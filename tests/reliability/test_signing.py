@@ -27,6 +27,7 @@ import pytest
 
 from cache_server.launch import RunningServer, start_server
 from client_lib import cached_compute, last_report, task_hashes
+from tests.reliability._xxh3_forgery import forge
 from tests.server.wire import Encoded, encode_array, put
 from tests.stress.poisoned import Payload
 
@@ -130,12 +131,42 @@ def test_forged_and_replayed_signatures_are_refused(fresh_server, key, tmp_path)
     replace_entry(server, b["hash"], Encoded("pickle", a_body), signature=a["signature"])
     # ... and A's entry a payload with a made-up signature.
     marker = tmp_path / "ran"
-    forged = "v1." + secrets.token_hex(32)
+    forged = f"v2.{secrets.token_hex(32)}.{secrets.token_hex(32)}"
     replace_entry(server, a["hash"], poison_for(marker, 666), signature=forged)
     assert cached_compute(*values, cache=server.url, namespace=ns,
                           scheduler="threads") == (summarise(5), summarise(6))
     assert not marker.exists()
     assert last_report().untrusted == 2 and last_report().loaded == 0
+
+
+def long_summary(n: int) -> dict:
+    return {"n": n, "squares": [i * i for i in range(600)]}  # a pickle of a few KiB
+
+
+def test_a_body_forged_to_the_same_content_digest_never_runs(fresh_server, key, tmp_path):
+    """Issue 29, row 1: xxh3 is not cryptographic. A writer without the key builds a body
+    that starts with his pickle and has the victim's exact content digest (a second
+    preimage, tests/reliability/_xxh3_forgery.py), and stores it with the victim's own
+    signature headers. The signature binds the body's BLAKE3 digest, so it never loads."""
+    server = fresh_server()
+    ns = uuid.uuid4().hex
+    value = dask.delayed(long_summary, pure=True)(7)
+    cached_compute(value, cache=server.url, namespace=ns, policy="all", scheduler="threads")
+    entry = the_entry(server, "long_summary")
+    genuine = httpx.get(f"{server.url}/v1/objects/{entry['hash']}")
+    marker = tmp_path / "ran"
+    forged = forge(b"pickle\n\n\n", genuine.content,
+                   pickle.dumps(Payload(marker, {"n": 666})))
+    assert Encoded("pickle", forged).digest == entry["digest"]  # the server cannot tell
+    replace_entry(server, entry["hash"], Encoded("pickle", forged),
+                  signature=genuine.headers["x-result-signature"])
+    assert httpx.get(f"{server.url}/v1/entries/{entry['hash']}").json()["digest"] == \
+        entry["digest"]
+    (again,) = cached_compute(value, cache=server.url, namespace=ns, scheduler="threads")
+    assert again == long_summary(7)  # recomputed
+    assert not marker.exists()  # the forger's pickle never ran
+    assert last_report().untrusted == 1 and last_report().loaded == 0
+    assert stats(server)["untrusted"] == 1
 
 
 def test_arrays_are_bound_to_their_task(fresh_server, key):
@@ -179,6 +210,40 @@ def test_large_objects_are_checked_the_same_way(fresh_server, key, tmp_path):
     assert again[0] == padded(1)
     np.testing.assert_array_equal(again[1], big(2**20))
     assert last_report().untrusted == 2 and last_report().loaded == 0
+
+
+@pytest.mark.parametrize("how", ["http", "direct", "open_cached"])
+def test_an_array_forged_to_the_same_content_digest_is_refused(fresh_server, key, how):
+    """Row 1 for arrays (Zarr, 3 MiB): the forged bytes are refused over HTTP, when read in
+    place, and by ``open_cached``, whose chunk digests storage computed from the forgery."""
+    from client_lib import CacheEntryUntrusted, open_cached
+
+    server = fresh_server()
+    ns = uuid.uuid4().hex
+    value = dask.delayed(big, pure=True)(3 * 2**17)
+    cached_compute(value, cache=server.url, namespace=ns, policy="all", scheduler="threads")
+    entry = the_entry(server, "big")
+    genuine = httpx.get(f"{server.url}/v1/objects/{entry['hash']}")
+    prefix = f"ndarray\n{entry['dtype']}\n[{3 * 2**17}]\n".encode()
+    forged = forge(prefix, genuine.content, np.full(100, 666.0).tobytes())
+    encoded = Encoded("ndarray", forged, entry["dtype"], f"[{3 * 2**17}]")
+    assert encoded.digest == entry["digest"]
+    replace_entry(server, entry["hash"], encoded,
+                  signature=genuine.headers["x-result-signature"])
+    if how == "open_cached":
+        import dask.array as da
+
+        lazy = da.from_delayed(value, shape=(3 * 2**17,), dtype="float64")
+        with pytest.raises(CacheEntryUntrusted):
+            open_cached(lazy, cache=server.url, namespace=ns).compute()
+    else:
+        mode = "auto" if how == "direct" else "never"
+        with dask.config.set({"result-cache.direct-read": mode}):
+            (again,) = cached_compute(value, cache=server.url, namespace=ns,
+                                      scheduler="threads")
+        np.testing.assert_array_equal(again, big(3 * 2**17))
+        assert last_report().untrusted == 1 and last_report().loaded == 0
+    assert stats(server)["untrusted"] >= 1
 
 
 def test_hashes_cannot_be_computed_without_the_key(key):

@@ -2,8 +2,10 @@
 
 A victim stores ``--entries`` results with ``cached_compute``; an attacker who can write to
 the cache but does not know the victim's signing key replaces every one of them (DELETE +
-PUT, valid digests): half with pickles whose unpickling creates a marker file, half with a
-wrong value carrying a signature copied from another entry. The victim computes again, in
+PUT, valid digests): a third with pickles whose unpickling creates a marker file, a third
+with a wrong value carrying a signature copied from another entry, and a third (issue 29,
+row 1) with such a pickle built to have the genuine body's content digest (an xxh3 second
+preimage), carrying the entry's own genuine signature. The victim computes again, in
 its own process (threads) and on a ``LocalCluster`` worker. Counted: payloads that ran,
 wrong values returned, entries reported untrusted, entries still indexed. Run once without
 a key (the documented risk) and once with one.
@@ -25,6 +27,7 @@ import httpx
 
 from cache_server.launch import RunningServer, start_server
 from client_lib import cached_compute, last_report
+from tests.reliability._xxh3_forgery import forge
 from tests.server.wire import Encoded, put
 from tests.stress._common import campaign_parser, entry_hashes, print_report
 
@@ -35,14 +38,15 @@ class Payload:
     """Unpickling this creates ``marker`` (proof that it ran) and evaluates to ``value``."""
 
     def __init__(self, marker: Path, value: object) -> None:
-        self.code = f"__import__('os').mkdir({str(marker)!r}) or {value!r}"
+        self.code = f"__import__('os').makedirs({str(marker)!r}, exist_ok=True) or {value!r}"
 
     def __reduce__(self):
         return (eval, (self.code,))
 
 
 def square(n: int) -> dict:
-    return {"n": n, "square": n * n}
+    # A few KiB: room for a forged pickle and its compensating bytes in one xxh3 block.
+    return {"n": n, "square": n * n, "table": [n * i for i in range(600)]}
 
 
 def _attack(server: RunningServer, markers: Path) -> int:
@@ -51,12 +55,15 @@ def _attack(server: RunningServer, markers: Path) -> int:
         hashes = entry_hashes(client)
         signatures = [client.get(f"/v1/entries/{h}").json().get("signature") for h in hashes]
         for i, task_hash in enumerate(hashes):
-            if i % 2 == 0:  # code that runs when unpickled
-                body = pickle.dumps(Payload(markers / f"ran-{i}", {"n": -1}))
-                signature = None
-            else:  # a wrong value with a genuine signature of another entry
+            payload = pickle.dumps(Payload(markers / f"ran-{i}", {"n": -1}))
+            if i % 3 == 0:  # code that runs when unpickled
+                body, signature = payload, None
+            elif i % 3 == 1:  # a wrong value with a genuine signature of another entry
                 body = pickle.dumps({"n": -1, "square": -1})
                 signature = signatures[i - 1]
+            else:  # that code, with the genuine body's digest and signature
+                genuine = client.get(f"/v1/objects/{task_hash}").content
+                body, signature = forge(b"pickle\n\n\n", genuine, payload), signatures[i]
             assert client.delete(f"/v1/entries/{task_hash}").status_code == 204
             overrides = {"signature": signature} if signature else None
             assert put(client, task_hash, Encoded("pickle", body),
