@@ -305,8 +305,8 @@ class RedisIndex:
             pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
         if record:
             pipe.hincrby(self._stats, "stores", 1)
-            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
-                            run=run)
+            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
+                                     label=manifest.label, run=run)
         manifest.last_access = last_access
 
     async def remove(
@@ -399,8 +399,8 @@ class RedisIndex:
             pipe.hincrby(self._stats, "bytes", manifest.nbytes - old.nbytes)
             pipe.hincrby(self._stats, "stores", 1)
             pipe.hincrby(self._stats, "overwrites", 1)
-            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
-                            now=now, run=run)
+            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
+                                     label=manifest.label, now=now, run=run)
             await pipe.execute()
             return old, len(others) + (1 if same else 0)
 
@@ -431,8 +431,8 @@ class RedisIndex:
             pipe.hincrby(self._hits, manifest.hash, 1)
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
-            self.telemetry.add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now,
-                            seconds=saved, run=run)
+            self.telemetry.add_event(pipe, "hit", task_hash=manifest.hash,
+                                     label=manifest.label, now=now, seconds=saved, run=run)
             await pipe.execute()
 
     async def record_untrusted(self, manifest: Manifest) -> None:
@@ -440,7 +440,8 @@ class RedisIndex:
         await self.telemetry.flush()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "untrusted", 1)
-            self.telemetry.add_event(pipe, "untrusted", task_hash=manifest.hash, label=manifest.label)
+            self.telemetry.add_event(pipe, "untrusted", task_hash=manifest.hash,
+                                     label=manifest.label)
             await pipe.execute()
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
@@ -542,10 +543,6 @@ class RedisIndex:
 
     async def record_run_event(self, run_id: str, status: str, stored: int | None) -> None:
         await self.telemetry.record_run_event(run_id, status, stored)
-
-    async def flush_lookups(self) -> None:
-        """See :meth:`.Telemetry.flush`."""
-        await self.telemetry.flush()
 
     async def close(self) -> None:
         """Add what this process counted to Redis (before the Redis client closes)."""
