@@ -1,7 +1,9 @@
 """The Redis side of the server.
 
-- :mod:`.redis_index`: :class:`~.redis_index.RedisIndex`, every key the server keeps in
-  Redis (task hash -> manifest, counters, eviction order, events).
+- :mod:`.redis_index`: :class:`~.redis_index.RedisIndex`, the entries: task hash ->
+  manifest, with the access and eviction order, pins, hit counts, byte totals, expiries.
+- :mod:`.telemetry`: the counters and the events stream; lookups counted per replica and
+  flushed to Redis in one pipeline.
 - :mod:`.transactions`: the WATCH/MULTI/EXEC retry loop the index's writes share.
 - :mod:`.client`: async Redis clients that pack large commands with hiredis.
 - :mod:`.eviction`: the eviction score and its time-free rank (pure functions).

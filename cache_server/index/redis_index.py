@@ -1,7 +1,11 @@
-"""The Redis index: task hash -> manifest, plus counters, access order and recent events.
+"""The Redis index: task hash -> manifest, with the access order, pins, hit counts, byte
+totals and expiries kept beside it.
 
 Over 400 lines on purpose: every key of the index and every transaction over them stays in
-this one class, so no write can forget a key another one maintains.
+this one class, so no write can forget a key another one maintains. The ``stats`` counters
+and the ``events`` stream belong to :mod:`.telemetry`: this class's transactions count and
+record into them atomically with the entry they change; lookups are counted per replica and
+flushed there.
 
 Keys (all under ``prefix``, default ``rc:``)::
 
@@ -16,10 +20,8 @@ Keys (all under ``prefix``, default ``rc:``)::
     refs:<digest>   SET     hashes whose result is the object <digest>
     expires         ZSET    hash -> expiry time, for entries stored with a lifetime
     leases          HASH    hash -> deadline, holder, estimate: who computes it now (:mod:`.leases`)
-    stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
-                            corrupt, evictions, stored_bytes, untrusted, expired,
-                            overwrites
-    events          STREAM  recent events, capped at about ``events_maxlen``
+    stats           HASH    the counters, with ``bytes`` and ``stored_bytes`` (:mod:`.telemetry`)
+    events          STREAM  recent events (:mod:`.telemetry`)
 
 ``bytes`` sums ``nbytes`` over entries; ``stored_bytes`` sums it over distinct objects (a
 digest counts from its first reference to the removal of its last): that is what the size
@@ -31,59 +33,29 @@ concurrent use by many tasks and many server processes sharing one Redis
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from contextlib import suppress
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import WatchError
 
 from cache_server.index.client import pack_fixed_width
 from cache_server.index.eviction import eviction_rank
+from cache_server.index.telemetry import Telemetry, stats_from
 from cache_server.index.transactions import watched
 from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, Stats
 
-__all__ = ["LOOKUP_FLUSH_SECONDS", "REMOVAL_REASONS", "RedisIndex"]
+__all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
-#: At most this long between a lookup and its counts (and event) reaching Redis.
-LOOKUP_FLUSH_SECONDS = 0.2
-#: Lookup events kept in a process while Redis is unreachable (the counts are all kept).
-_MAX_PENDING_EVENTS = 1000
-
-_COUNTERS = (
-    "found", "served", "misses", "lookups", "stores", "bytes", "deletes", "corrupt", "evictions",
-    "stored_bytes", "untrusted", "expired", "overwrites",
-)  # fmt: skip
 #: Why an entry is removed (its event kind) -> the counter it adds to.
 REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "evictions",
                    "expire": "expired"}
 
 
-class _PendingLookups:
-    """Lookups counted in this process and not yet in Redis: totals and one event each."""
-
-    def __init__(self) -> None:
-        self.lookups = 0
-        self.found = 0
-        self.events: list[tuple[float, int, int]] = []  # (time, found, missing)
-
-    def add(self, asked: int, found: int) -> None:
-        self.lookups += asked
-        self.found += found
-        if len(self.events) < _MAX_PENDING_EVENTS:
-            self.events.append((time.time(), found, asked - found))
-
-    def merge(self, older: _PendingLookups) -> None:
-        self.lookups += older.lookups
-        self.found += older.found
-        self.events[:0] = older.events[: max(0, _MAX_PENDING_EVENTS - len(self.events))]
-
-
 class RedisIndex:
-    """All Redis access of the server. ``redis`` must be created with ``decode_responses=True``."""
+    """The entries and every key kept beside them; counters and events through
+    :attr:`telemetry`. ``redis`` must be created with ``decode_responses=True``."""
 
     def __init__(
         self,
@@ -95,7 +67,6 @@ class RedisIndex:
     ) -> None:
         self.redis = redis
         self.prefix = prefix
-        self.events_maxlen = events_maxlen
         self.eviction_half_life = eviction_half_life
         self._members = f"{prefix}members"
         self._by_hash = f"{prefix}by_hash"
@@ -103,12 +74,10 @@ class RedisIndex:
         self._evict = f"{prefix}evict"
         self._pinned = f"{prefix}pinned"
         self._hits = f"{prefix}hits"
-        self._stats = f"{prefix}stats"
-        self._events = f"{prefix}events"
         self._expires = f"{prefix}expires"
-        self._pending = _PendingLookups()
-        self._flushing = asyncio.Lock()
-        self._flusher: asyncio.Task[None] | None = None
+        #: The counters and events; the transactions below count and record into them.
+        self.telemetry = Telemetry(redis, prefix, events_maxlen)
+        self._stats = self.telemetry.stats_key
 
     def _manifest_key(self, task_hash: str) -> str:
         return f"{self.prefix}m:{task_hash}"
@@ -133,7 +102,7 @@ class RedisIndex:
         """The indexed subset of ``hashes`` (distinct, in order), with one SMISMEMBER.
 
         Counts every distinct hash in ``lookups``, the present ones in ``found`` and the
-        absent ones in ``misses`` (:meth:`_count_lookup`).
+        absent ones in ``misses`` (:meth:`.Telemetry.count_lookup`).
         """
         unique = list(dict.fromkeys(hashes))
         if not unique:
@@ -146,7 +115,7 @@ class RedisIndex:
         if found and expiring:
             expired = await self.expired_among(found)
             found = [h for h in found if h not in expired]
-        self._count_lookup(len(unique), len(found))
+        self.telemetry.count_lookup(len(unique), len(found))
         return found
 
     async def lookup_packed(self, packed: bytes) -> bytes:
@@ -169,54 +138,8 @@ class RedisIndex:
         if found and expiring:
             answer = await self._hide_expired(packed, answer)
             found = answer.count(1)
-        self._count_lookup(len(answer), found)
+        self.telemetry.count_lookup(len(answer), found)
         return answer
-
-    def _count_lookup(self, asked: int, found: int) -> None:
-        """Count a lookup in this process; :meth:`flush_lookups` adds the counts and the
-        lookup events to Redis within ``LOOKUP_FLUSH_SECONDS``, many lookups in one round
-        trip (they were one round trip each, a third of a lookup's cost in the server)."""
-        self._pending.add(asked, found)
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        await asyncio.sleep(LOOKUP_FLUSH_SECONDS)
-        with suppress(RedisError, OSError):  # kept for the next flush
-            await self.flush_lookups()
-
-    async def close(self) -> None:
-        """Add what this process counted to Redis and stop the delayed flush (before the
-        Redis client closes)."""
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with suppress(asyncio.CancelledError, RedisError, OSError):
-                await self._flusher
-        await self.flush_lookups()
-
-    async def flush_lookups(self) -> None:
-        """Add the lookups counted in this process to Redis. Every read of the counters or
-        events and every write of another event calls this first, so this replica's events
-        stay in order and its own counts are exact when read through it."""
-        if not self._pending.lookups and not self._flushing.locked():
-            return
-        async with self._flushing:  # one flush at a time: a later event never overtakes
-            pending, self._pending = self._pending, _PendingLookups()
-            if not pending.lookups:
-                return
-            try:
-                async with self.redis.pipeline(transaction=False) as pipe:
-                    pipe.hincrby(self._stats, "lookups", pending.lookups)
-                    if pending.found:
-                        pipe.hincrby(self._stats, "found", pending.found)
-                    if pending.lookups > pending.found:
-                        pipe.hincrby(self._stats, "misses", pending.lookups - pending.found)
-                    for when, found, missing in pending.events:
-                        self._add_event(pipe, "lookup", now=when, found=found, missing=missing)
-                    await pipe.execute()
-            except BaseException:
-                self._pending.merge(pending)  # Redis unreachable: counted next time
-                raise
 
     async def _hide_expired(self, packed: bytes, answer: bytes) -> bytes:
         found = [packed[32 * i:32 * i + 32].decode("ascii")
@@ -296,7 +219,7 @@ class RedisIndex:
         when set (reindex), else ``created``. ``record=False`` (reindex) neither counts a
         store nor records an event; ``run``: the run id its ``store`` event names.
         """
-        await self.flush_lookups()
+        await self.telemetry.flush()
         key = self._manifest_key(manifest.hash)
         refs = self._refs_key(manifest.digest)
 
@@ -323,7 +246,7 @@ class RedisIndex:
         batch store indexes once its objects are durable. Per manifest, in order, the
         indexed manifest and whether it was added now. ``runs``: per manifest, the run
         id its ``store`` event names."""
-        await self.flush_lookups()
+        await self.telemetry.flush()
         runs = list(runs) if runs is not None else [None] * len(manifests)
         if not manifests:
             return []
@@ -382,8 +305,8 @@ class RedisIndex:
             pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
         if record:
             pipe.hincrby(self._stats, "stores", 1)
-            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
-                            run=run)
+            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
+                                     label=manifest.label, run=run)
         manifest.last_access = last_access
 
     async def remove(
@@ -396,7 +319,7 @@ class RedisIndex:
         ``stored_bytes``: the caller deletes it (a crash before that leaves an orphan
         object for ``gc``, never a manifest without its object).
         """
-        await self.flush_lookups()
+        await self.telemetry.flush()
         counter = REMOVAL_REASONS[reason]
         key = self._manifest_key(task_hash)
 
@@ -422,7 +345,7 @@ class RedisIndex:
             if not others:
                 pipe.hincrby(self._stats, "stored_bytes", -manifest.nbytes)
             pipe.hincrby(self._stats, counter, 1)
-            self._add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
+            self.telemetry.add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
             pipe.scard(refs)
             results = await pipe.execute()
             return manifest, int(results[-1])
@@ -438,7 +361,7 @@ class RedisIndex:
         nothing changed: :meth:`add` it). Hits and the pin are kept; the label, cost,
         expiry and object are the new ones. Call only once the new object is durable.
         """
-        await self.flush_lookups()
+        await self.telemetry.flush()
         key = self._manifest_key(manifest.hash)
         new_refs = self._refs_key(manifest.digest)
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
@@ -476,8 +399,8 @@ class RedisIndex:
             pipe.hincrby(self._stats, "bytes", manifest.nbytes - old.nbytes)
             pipe.hincrby(self._stats, "stores", 1)
             pipe.hincrby(self._stats, "overwrites", 1)
-            self._add_event(pipe, "store", task_hash=manifest.hash, label=manifest.label,
-                            now=now, run=run)
+            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
+                                     label=manifest.label, now=now, run=run)
             await pipe.execute()
             return old, len(others) + (1 if same else 0)
 
@@ -498,7 +421,7 @@ class RedisIndex:
                          run: str | None = None) -> None:
         """Count an object served: ``served``, saved seconds, the entry's hit count and
         access time, a ``hit`` event naming ``run`` when known (one transaction)."""
-        await self.flush_lookups()
+        await self.telemetry.flush()
         now = time.time() if now is None else now
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "served", 1)
@@ -508,16 +431,17 @@ class RedisIndex:
             pipe.hincrby(self._hits, manifest.hash, 1)
             pipe.zadd(self._access, {manifest.hash: now}, xx=True)
             pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
-            self._add_event(pipe, "hit", task_hash=manifest.hash, label=manifest.label, now=now,
-                            seconds=saved, run=run)
+            self.telemetry.add_event(pipe, "hit", task_hash=manifest.hash,
+                                     label=manifest.label, now=now, seconds=saved, run=run)
             await pipe.execute()
 
     async def record_untrusted(self, manifest: Manifest) -> None:
         """Count a load a client refused for a missing or wrong signature (one transaction)."""
-        await self.flush_lookups()
+        await self.telemetry.flush()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hincrby(self._stats, "untrusted", 1)
-            self._add_event(pipe, "untrusted", task_hash=manifest.hash, label=manifest.label)
+            self.telemetry.add_event(pipe, "untrusted", task_hash=manifest.hash,
+                                     label=manifest.label)
             await pipe.execute()
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
@@ -592,70 +516,34 @@ class RedisIndex:
         await self.redis.hset(self._stats, mapping={"bytes": total, "stored_bytes": stored})
         return total, stored
 
-    # -- statistics and events --------------------------------------------------------------
+    # -- statistics and events (kept by .telemetry) ------------------------------------------
 
     async def stats(self) -> Stats:
-        await self.flush_lookups()
+        """The counters (this replica's lookups flushed first) and the index's sizes."""
+        await self.telemetry.flush()
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self._stats)
             pipe.scard(self._members)
             pipe.scard(self._pinned)
             counters, entries, pinned = await pipe.execute()
-        values: dict[str, Any] = {name: int(counters.get(name, 0)) for name in _COUNTERS}
-        found, misses = values["found"], values["misses"]
-        return Stats(
-            **values,
-            hits=found,
-            entries=int(entries),
-            pinned=int(pinned),
-            hit_rate=found / (found + misses) if found + misses else 0.0,
-            saved_seconds=float(counters.get("saved_seconds", 0.0)),
-        )
+        return stats_from(counters, int(entries), int(pinned))
 
     async def events(self, limit: int) -> list[Event]:
         """The most recent events, newest first."""
-        return [event for _id, event in await self.events_with_ids(limit)]
+        return [event for _id, event in await self.telemetry.events_with_ids(limit)]
 
     async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
         """The most recent events with their stream ids, newest first."""
-        await self.flush_lookups()
-        raw: Any = await self.redis.xrevrange(self._events, count=limit)
-        return [(str(i), Event.model_validate(json.loads(f["e"]))) for i, f in raw]
+        return await self.telemetry.events_with_ids(limit)
 
     async def events_after(self, last_id: str, limit: int, block_ms: int
                            ) -> list[tuple[str, Event]]:
-        """Events after stream id ``last_id``, oldest first, waiting up to ``block_ms`` for
-        one to come (a live view follows the stream with this)."""
-        await self.flush_lookups()
-        raw: Any = await self.redis.xread({self._events: last_id}, count=limit, block=block_ms)
-        return [(str(i), Event.model_validate(json.loads(f["e"])))
-                for _stream, entries in raw or [] for i, f in entries]
+        """See :meth:`.Telemetry.events_after`."""
+        return await self.telemetry.events_after(last_id, limit, block_ms)
 
     async def record_run_event(self, run_id: str, status: str, stored: int | None) -> None:
-        await self.flush_lookups()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            fields = {"stored": stored} if stored is not None else {}
-            self._add_event(pipe, "run", run=run_id, status=status, **fields)
-            await pipe.execute()
+        await self.telemetry.record_run_event(run_id, status, stored)
 
-    def _add_event(
-        self,
-        pipe: Any,
-        kind: str,
-        *,
-        task_hash: str | None = None,
-        label: str | None = None,
-        now: float | None = None,
-        **counts: float | str | None,
-    ) -> None:
-        event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
-        if task_hash is not None:
-            event["hash"] = task_hash
-            event["label"] = label
-        event.update((k, v) for k, v in counts.items() if v is not None)
-        pipe.xadd(
-            self._events,
-            {"e": json.dumps(event, separators=(",", ":"))},
-            maxlen=self.events_maxlen,
-            approximate=True,
-        )
+    async def close(self) -> None:
+        """Add what this process counted to Redis (before the Redis client closes)."""
+        await self.telemetry.close()

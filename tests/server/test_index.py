@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from cache_server.index.redis_index import LOOKUP_FLUSH_SECONDS, RedisIndex
+from cache_server.index.redis_index import RedisIndex
+from cache_server.index.telemetry import LOOKUP_FLUSH_SECONDS
 from cache_server.index.transactions import watched
 from cache_server.models import Manifest
 from tests.server.wire import new_hash

@@ -44,6 +44,32 @@ def test_routes_reach_redis_only_through_the_service() -> None:
     assert imports_of("api/routers", ("cache_server.index", "redis")) == {}
 
 
+#: The service's parts (cache_server/service/cache.py), each importing only the ones named:
+#: :class:`ResultCache` (``cache``) builds them and hands calls down; none reaches back up.
+SERVICE_PARTS = {
+    "removal": set(),
+    "capacity": {"removal"},
+    "reads": {"removal"},
+    "writes": {"removal", "capacity"},
+}
+
+
+def test_the_service_parts_import_downward_only() -> None:
+    parts = {*SERVICE_PARTS, "cache", "maintenance"}
+    found = {}
+    for name, allowed in SERVICE_PARTS.items():
+        used = {m.rsplit(".", 1)[-1] for m in imported_modules(PACKAGE / "service" / f"{name}.py")
+                if m.startswith("cache_server.service.")}
+        if bad := (used & parts) - allowed:
+            found[name] = bad
+    assert found == {}
+
+
+def test_the_index_telemetry_needs_no_other_index_module() -> None:
+    used = imported_modules(PACKAGE / "index" / "telemetry.py")
+    assert {m for m in used if m.startswith("cache_server.index")} == set()
+
+
 def test_offline_maintenance_loads_no_http_module() -> None:
     code = ("import sys, cache_server.cli.gc, cache_server.cli.reindex, "
             "cache_server.service.maintenance, cache_server.runtime; "
