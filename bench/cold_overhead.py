@@ -13,7 +13,7 @@ overhead is broken down per phase in microseconds per task: materialise, hash, l
 rewrite, and the run phase's excess over the baseline (store wrappers and store
 decisions). Target: <= 1.2x; for the delayed fan-in <= 1.1x (issue 17). The warm-up runs each
 graph once at 200 tasks, so the timed runs know what their functions cost (a session's
-later runs: client_lib/costs.py); ``--fresh`` also times, interleaved, a run that knows
+later runs: client_lib/policy/costs.py); ``--fresh`` also times, interleaved, a run that knows
 nothing about them (as the first run in a process: all wrapped and leased).
 
     python bench/cold_overhead.py [--repeat 3] [--sizes 1000,10000,100000] [--smoke]
@@ -29,7 +29,8 @@ import dask
 from _graphs import GRAPHS, build
 from _harness import Ratio, cache_server, finish, parse_args
 
-from client_lib import CacheClient, cached_compute, costs, last_report
+from client_lib import CacheClient, cached_compute, last_report
+from client_lib.policy import costs
 
 PHASES = ("materialize", "hash", "lookup", "rewrite", "lease", "run", "store")
 DEFAULT_OPTIMIZE_LIMIT = 10_000  # dask.compute's default on a wider delayed graph: minutes

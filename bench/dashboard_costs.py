@@ -33,7 +33,7 @@ from _harness import Ratio, cache_server, finish, median_seconds, parse_args
 from dask.callbacks import Callback
 
 from client_lib import cached_compute, last_report
-from client_lib.runs import flush_posts
+from client_lib.plan.runs import flush_posts
 
 
 def _options(parser: argparse.ArgumentParser) -> None:

@@ -33,6 +33,7 @@ import uuid
 from _graphs import build
 from _harness import Ratio, cache_server, finish, parse_args, run_python
 
+
 def _options(parser) -> None:
     parser.add_argument("--sizes", default="100000")
 
@@ -75,12 +76,12 @@ def _child(mode: str, n: int, url: str) -> dict:
 def _phases(x, cache, base: int) -> dict:
     """Bytes held above ``base`` when each phase ends, and each phase's peak, keeping
     what ``run_cached`` keeps alive (the fused and unfused graphs, hashes, the rewrite)."""
-    from client_lib.api import _hash
-    from client_lib.graph import materialize, paused_gc
-    from client_lib.leases import lease_ttl, take_leases
-    from client_lib.policy import resolve_policy
-    from client_lib.rewrite import cacheable_keys, rewrite
-    from client_lib.tasks import StoreRun
+    from client_lib.compute import _hash
+    from client_lib.execution.leases import lease_ttl, take_leases
+    from client_lib.execution.specs import StoreRun
+    from client_lib.plan.materialize import materialize, paused_gc
+    from client_lib.plan.rewrite import cacheable_keys, rewrite
+    from client_lib.policy.modes import resolve_policy
 
     found: dict[str, dict[str, int]] = {}
 

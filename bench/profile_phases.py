@@ -1,6 +1,6 @@
 """Where a cold ``cached_compute`` spends its time, phase by phase (issue 17).
 
-Runs the steps of ``client_lib.api.run_cached`` one by one on a graph from
+Runs the steps of ``client_lib.compute.run_cached`` one by one on a graph from
 ``bench/_graphs.py`` (materialise, unfuse, hash, lookup, rewrite, lease, run with the store
 wrappers and the wait for batched stores; docs/architecture.md, What flows where), each
 under ``cProfile`` (the graph phases without cyclic GC, as ``run_cached``), against a real
@@ -26,12 +26,13 @@ from _graphs import GRAPHS, build
 from _harness import Ratio, cache_server, finish, parse_args
 
 from client_lib import CacheClient, cached_compute
-from client_lib.api import _hash
-from client_lib.graph import materialize, paused_gc
-from client_lib.leases import lease_ttl, take_leases
-from client_lib.policy import resolve_policy
-from client_lib.rewrite import cacheable_keys, rewrite
-from client_lib.tasks import StoreRun, flush_stores
+from client_lib.compute import _hash
+from client_lib.execution.leases import lease_ttl, take_leases
+from client_lib.execution.specs import StoreRun
+from client_lib.execution.tasks import flush_stores
+from client_lib.plan.materialize import materialize, paused_gc
+from client_lib.plan.rewrite import cacheable_keys, rewrite
+from client_lib.policy.modes import resolve_policy
 
 PHASES = ("materialize", "hash", "lookup", "rewrite", "lease", "run")
 

@@ -4,9 +4,9 @@ Runs in the user's process and on Dask workers; talks to the cache server over H
 (docs/protocol.md) and never imports ``cache_server`` or ``storage``.
 """
 
-from . import config as _config  # noqa: F401  (registers the result-cache defaults)
-from .api import cached_compute, task_hashes
-from .errors import (
+from .compute import cached_compute, task_hashes
+from .core import config as _config  # noqa: F401  (registers the result-cache defaults)
+from .core.errors import (
     CacheAccessDenied,
     CacheEntryCorrupt,
     CacheEntryUnavailable,
@@ -20,10 +20,10 @@ from .futures import CachedClient
 from .hashing import KEY_VERSION, cache_version, register
 from .lazy import NotCached, open_cached
 from .persist import cached_persist
+from .plan.report import CacheReport, last_report
 from .planning import Plan, plan, visualize
-from .policy import Candidate
-from .report import CacheReport, last_report
-from .transport import CacheClient
+from .policy.modes import Candidate
+from .transport.client import CacheClient
 
 __all__ = [
     "KEY_VERSION",

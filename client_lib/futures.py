@@ -29,19 +29,20 @@ from dask._task_spec import Task, parse_input
 from dask.base import tokenize
 from dask.utils import funcname
 
-from .api import cached_compute, read_only, refresh_requested, resolve_cache
-from .errors import ResultCacheError
-from .expiry import default_ttl, parse_ttl
+from .compute import cached_compute, read_only, refresh_requested, resolve_cache
+from .core.errors import ResultCacheError
+from .core.notices import warn_once
+from .execution.leases import lease_ttl, lease_wait, take_leases
+from .execution.specs import StoreRun, StoreSpec
+from .execution.tasks import load_result, run_and_store
 from .hashing import GraphHashes, hash_graph
-from .known import external_keys, known_hashes, remember
-from .leases import lease_ttl, lease_wait, take_leases
-from .notices import warn_once
 from .persist import cached_persist
-from .policy import resolve_policy
-from .report import CacheReport
-from .runs import RunReporter, reporting
-from .tasks import StoreRun, StoreSpec, load_result, run_and_store
-from .transport import CacheClient
+from .plan.known import external_keys, known_hashes, remember
+from .plan.report import CacheReport
+from .plan.runs import RunReporter, reporting
+from .policy.expiry import default_ttl, parse_ttl
+from .policy.modes import resolve_policy
+from .transport.client import CacheClient
 
 __all__ = ["CachedClient", "CallSpec", "cached_call"]
 
@@ -58,7 +59,7 @@ class CallSpec:
 
     store: StoreSpec
     hit: bool
-    digest: bytes  # the task's Merkle digest (client_lib.known)
+    digest: bytes  # the task's Merkle digest (client_lib.plan.known)
 
 
 def cached_call(spec: CallSpec | None, func: Callable, kwargs: dict | None, *args: Any) -> Any:

@@ -7,7 +7,7 @@ docs/architecture.md, "Lazy reload".
   only the chunks under it. Each chunk is verified when read against the digest storage
   recorded for it (``chunk_digests.json`` beside ``zarr.json``), after the entry's
   signature was checked at open; with a signing key, against the chunk's BLAKE3 digest
-  from that file, whose root the signature binds (client_lib/body_hash.py), so storage's
+  from that file, whose root the signature binds (client_lib/wire/body_hash.py), so storage's
   own record need not be trusted.
 - Otherwise the collection is rebuilt from load tasks, each a full verified load
   (``load_result``: direct read or HTTP, signature, digest, recorded warnings, handle
@@ -34,13 +34,13 @@ from dask.base import is_dask_collection
 from dask.core import flatten
 from dask.utils import key_split
 
-from .api import _hash, _namespace, resolve_cache
-from .body_hash import root_of
-from .direct import Location
-from .errors import CacheEntryCorrupt, CacheEntryUntrusted, ResultCacheError
-from .graph import Materialized, materialize
-from .tasks import load_result
-from .transport import CacheClient
+from .compute import _hash, _namespace, resolve_cache
+from .core.errors import CacheEntryCorrupt, CacheEntryUntrusted, ResultCacheError
+from .execution.tasks import load_result
+from .plan.materialize import Materialized, materialize
+from .transport.client import CacheClient
+from .transport.direct import Location
+from .wire.body_hash import root_of
 
 __all__ = ["NotCached", "open_cached"]
 

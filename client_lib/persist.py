@@ -15,8 +15,8 @@ from typing import Any
 from dask.base import is_dask_collection
 from dask.core import flatten
 
-from .api import run_cached
-from .transport import CacheClient
+from .compute import run_cached
+from .transport.client import CacheClient
 
 __all__ = ["cached_persist"]
 
@@ -42,7 +42,7 @@ def cached_persist(
     if not positions:
         return args
     collections = [args[i] for i in positions]
-    from .api import _distributed_client, _get_scheduler
+    from .compute import _distributed_client, _get_scheduler
 
     distributed = _distributed_client(_get_scheduler(scheduler, collections)) is not None
     if distributed:

@@ -21,11 +21,11 @@ from typing import Any
 
 from dask.base import unpack_collections
 
-from .errors import ResultCacheError
-from .policy import resolve_policy
-from .rewrite import cacheable_keys, rewrite
-from .runs import task_list, task_states
-from .tasks import StoreRun
+from .core.errors import ResultCacheError
+from .execution.specs import StoreRun
+from .plan.rewrite import cacheable_keys, rewrite
+from .plan.runs import task_list, task_states
+from .policy.modes import resolve_policy
 
 __all__ = ["Plan", "plan", "task_graph_svg", "visualize"]
 
@@ -72,8 +72,8 @@ def plan(*args: Any, cache: Any = None, policy: Any = None, namespace: str | Non
     """What ``cached_compute(*args, ...)`` would do now, task by task, without running
     anything or storing. A server that cannot be asked gives a plan of computed tasks with
     the reason in ``fallback``."""
-    from .api import _hash, _namespace, resolve_cache
-    from .graph import materialize
+    from .compute import _hash, _namespace, resolve_cache
+    from .plan.materialize import materialize
 
     collections, _ = unpack_collections(*args, traverse=traverse)
     if not collections:

@@ -1,6 +1,6 @@
 """Parquet backend: a pandas frame as one Parquet file, readable by any Parquet tool.
 
-The client encodes the frame (``client_lib/frames.py``); storage only keeps the bytes: the
+The client encodes the frame (``client_lib/wire/frames.py``); storage only keeps the bytes: the
 object directory holds ``data.parquet``, exactly the body (the digest covers
 ``parquet\\n\\n\\n`` and then the file), so ``dask.dataframe.read_parquet`` or pyarrow can
 open it where it lies (docs/architecture.md, "Storage").

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from client_lib import codec
+from client_lib.wire import codec
 from storage import ObjectHeader, content_digest
 
 dtypes = (hnp.integer_dtypes() | hnp.unsigned_integer_dtypes() | hnp.floating_dtypes()
@@ -67,7 +67,9 @@ def test_both_sides_bound_leases_and_lifetimes_alike():
     from cache_server import models
     from cache_server.service import upload
     from cache_server.settings import Settings
-    from client_lib import expiry, leases, transport
+    from client_lib.execution import leases
+    from client_lib.policy import expiry
+    from client_lib.transport import client as transport
 
     assert (leases.MIN_TTL, leases.MAX_TTL) == (models.MIN_LEASE_SECONDS,
                                                 models.MAX_LEASE_SECONDS)
@@ -98,9 +100,9 @@ def test_the_client_speaks_the_lease_routes(cache_server):
 @given(st.lists(st.integers(0, 3000), min_size=0, max_size=4),
        st.sampled_from([1, 2, 8, 16, 4096, 3 * 2**20, 17 * 2**20]))
 def test_both_sides_cut_arrays_into_the_same_chunks(shape, itemsize):
-    """The signed body digest's pieces (client_lib/body_hash.py) are storage's Zarr chunks:
+    """The signed body digest's pieces (client_lib/wire/body_hash.py) are storage's Zarr chunks:
     a lazy reader verifies one chunk against one piece digest."""
-    from client_lib.body_hash import CHUNK_TARGET_BYTES, chunk_shape
+    from client_lib.wire.body_hash import CHUNK_TARGET_BYTES, chunk_shape
     from storage import _zarr
 
     assert CHUNK_TARGET_BYTES == _zarr.CHUNK_TARGET_BYTES
@@ -117,7 +119,7 @@ def test_an_arrays_pieces_are_its_chunks_in_grid_order(arr, target):
     import itertools
     import json
 
-    from client_lib import body_hash
+    from client_lib.wire import body_hash
 
     original = body_hash.CHUNK_TARGET_BYTES
     body_hash.CHUNK_TARGET_BYTES = target

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import httpx
 
-from client_lib.errors import access_hint
+from client_lib.core.errors import access_hint
 
 __all__ = ["DEFAULT_URL", "ServerConnection", "for_each_entry", "server_options"]
 

@@ -10,7 +10,7 @@ import importlib.util
 import sys
 import types
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 from .provenance import library_version
 
 __all__ = ["code_imports", "code_names", "imported_module"]

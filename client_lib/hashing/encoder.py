@@ -7,7 +7,7 @@ class's fingerprint and what ``pickle`` would rebuild it from, walked structural
 Callables and modules go to the code fingerprints (:mod:`.fingerprints`). Buffers are
 hashed with xxh3_128 here, and nothing depends on a memory address, ``PYTHONHASHSEED`` or
 pickle bytes. A value that cannot be encoded deterministically raises
-:class:`~client_lib.errors.VolatileValue`: its task is then not cached (docs/architecture.md,
+:class:`~client_lib.core.errors.VolatileValue`: its task is then not cached (docs/architecture.md,
 The task hash).
 
 Strings come in two kinds. A *user string* (a value in an argument) may name a file, and
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import xxhash
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 from .provenance import file_stamp, listed_file_stamps
 from .registry import Dispatch
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 from .numpy_values import encode_dtype, encode_ndarray
 from .provenance import file_stamp
 from .registry import HANDLERS, library_types_only

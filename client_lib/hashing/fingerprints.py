@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 from .bytecode import code_imports, code_names, imported_module
 from .provenance import PYTHON, compiled_stamp, library_version, resolves_to
 from .user_versions import script_module_name

@@ -36,8 +36,8 @@ from dask._task_spec import (
 from dask.core import flatten
 from dask.utils import funcname
 
-from ..errors import VolatileValue
-from ..signing import SigningKey
+from ..core.errors import VolatileValue
+from ..core.signing import SigningKey
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
 from .registry import HANDLERS, Dispatch
@@ -80,7 +80,7 @@ class GraphHasher:
     """Hashes the nodes of one graph, dependencies first. One per pass; not thread safe.
 
     ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
-    :class:`~client_lib.graph.Materialized`); ``handlers`` the value registry to start
+    :class:`~client_lib.plan.materialize.Materialized`); ``handlers`` the value registry to start
     from (graph nodes inside arguments are handled here, in front of it).
     """
 
@@ -274,10 +274,10 @@ def hash_graph(graph: Mapping[Key, GraphNode], order: list[Key], namespace: str,
     """Hash the nodes of ``graph`` named in ``order`` (dependencies first).
 
     ``annotations`` is anything with an ``annotation(name, key, default)`` method (a
-    :class:`~client_lib.graph.Materialized`): ``cache=False`` makes a task volatile and
+    :class:`~client_lib.plan.materialize.Materialized`): ``cache=False`` makes a task volatile and
     ``cache_version=...`` replaces its function's code in the hash. ``signing_key`` keys
     the published hashes. ``known`` gives the (unkeyed) digests of keys outside the graph
-    (futures the cache made, :mod:`client_lib.known`; see ``GraphHashes.digests``); any
+    (futures the cache made, :mod:`client_lib.plan.known`; see ``GraphHashes.digests``); any
     other key outside the graph makes its dependents volatile.
     """
     hasher = GraphHasher(graph, namespace, annotations, signing_key=signing_key)
@@ -293,5 +293,5 @@ def value_digest(value: Any) -> bytes:
     """The 16-byte digest of one value, as the task hash sees it (type, every cell, index,
     dtypes, attrs for pandas objects). Raises :class:`VolatileValue` for a value that
     cannot be hashed deterministically. Two values with equal digests are equal for the
-    cache, which is what a lossless re-encoding must preserve (client_lib/frames.py)."""
+    cache, which is what a lossless re-encoding must preserve (client_lib/wire/frames.py)."""
     return Encoder(HANDLERS, Fingerprinter).digest_of(value)

@@ -22,7 +22,7 @@ from typing import Any
 
 import xxhash
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 
 __all__ = ["PYTHON", "compiled_stamp", "file_stamp", "library_version", "listed_file_stamps",
            "local_build", "resolves_to"]

@@ -20,16 +20,25 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 
-if TYPE_CHECKING:
-    from .encoder import Encoder
+__all__ = ["HANDLERS", "Dispatch", "Handler", "Writer", "library_types_only", "register"]
 
-__all__ = ["HANDLERS", "Dispatch", "Handler", "library_types_only", "register"]
 
-Handler = Callable[["Encoder", Any], None]
+class Writer(Protocol):
+    """What this module's handlers write through: the :class:`~.encoder.Encoder`, named by
+    its methods (the encoder imports this module, never the other way round)."""
+
+    def write_generic(self, obj: Any) -> None: ...
+
+    def write_described(self, tag: bytes, obj: Any, description: Any,
+                        describer: Any = None) -> None: ...
+
+
+#: ``handler(encoder, value)``; handlers elsewhere name the full :class:`~.encoder.Encoder`.
+Handler = Callable[[Any, Any], None]
 
 
 class Dispatch:
@@ -113,7 +122,7 @@ def library_types_only(library: str) -> Callable[[Handler], Handler]:
     may carry state the handler does not know, and is encoded as any other object."""
 
     def decorate(handler: Handler) -> Handler:
-        def guarded(enc: Encoder, obj: Any) -> None:
+        def guarded(enc: Writer, obj: Any) -> None:
             if type(obj).__module__.partition(".")[0] == library:
                 handler(enc, obj)
             else:
@@ -124,7 +133,7 @@ def library_types_only(library: str) -> Callable[[Handler], Handler]:
     return decorate
 
 
-def _encode_generic(enc: Encoder, obj: Any) -> None:
+def _encode_generic(enc: Writer, obj: Any) -> None:
     enc.write_generic(obj)
 
 
@@ -153,7 +162,7 @@ def register(*classes: type) -> Callable[[Callable[[Any], Any]], Callable[[Any],
     """
 
     def decorate(normalise: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        def handler(enc: Encoder, obj: Any) -> None:
+        def handler(enc: Writer, obj: Any) -> None:
             try:
                 data = normalise(obj)
             except Exception as exc:

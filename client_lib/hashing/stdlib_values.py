@@ -13,7 +13,7 @@ import types
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from ..errors import VolatileValue
+from ..core.errors import VolatileValue
 from .provenance import file_stamp
 from .registry import HANDLERS
 

@@ -14,7 +14,7 @@ handles. docs/correctness.md, "Tasks that are not values".
   writers, anything handed a file opened for writing, and the functions listed in
   ``result-cache.side-effect-functions``): always run, and so does everything downstream
   of them; what feeds them may be loaded.
-- **Handles** (:func:`~client_lib.handles.handle_kind`): a task creating a handle onto
+- **Handles** (:func:`~client_lib.hashing.handles.handle_kind`): a task creating a handle onto
   outside state is volatile; one creating a scratch store the graph fills itself is pinned
   with the tasks that touch it.
 
@@ -32,7 +32,7 @@ from typing import Any
 import dask.config
 from dask._task_spec import TaskRef
 
-from ..handles import handle_kind
+from .handles import handle_kind
 
 __all__ = ["TaskKinds", "callable_name"]
 

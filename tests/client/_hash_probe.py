@@ -86,7 +86,7 @@ def probe_graphs(h5_path: str) -> dict[str, tuple]:
     """
     from dask.base import unpack_collections
 
-    from client_lib.graph import materialize, toposort, unfuse
+    from client_lib.plan.materialize import materialize, toposort, unfuse
     from tests.client._corpus import CORPUS, build
 
     with dask.config.set({"dataframe.shuffle.method": "tasks",

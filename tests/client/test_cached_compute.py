@@ -121,7 +121,7 @@ def test_branch_example_reuses_the_shared_prefix(fresh_server, scheduler):
     assert (a["hits"], a["loaded"], a["computed"]) == (0, 0, 3)
     b = branch("b")
     # step_2 is found and loaded, step_1 culled, step_3b computed. step_1 was not stored:
-    # a link of the chain going on to step_2 (client_lib/budget.py).
+    # a link of the chain going on to step_2 (client_lib/policy/budget.py).
     assert (b["hits"], b["loaded"], b["computed"]) == (1, 1, 1)
     x = np.sqrt(np.arange(100_000, dtype="float64")) * 2.0
     assert a["result"] == pytest.approx(float(x.sum()))
@@ -173,7 +173,7 @@ def test_returns_exactly_what_dask_compute_returns(cache_server):
 
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
 def test_batched_stores_are_durable_when_the_run_returns(cache_server, scheduler):
-    # Small results go through the store queue in batches (client_lib/store_queue.py);
+    # Small results go through the store queue in batches (client_lib/execution/store_queue.py);
     # cached_compute returns only once the server holds every one of them.
     ns = uuid.uuid4().hex
     parts = [dask.delayed(lambda i: np.full(3, i), pure=True)(i) for i in range(40)]
@@ -190,7 +190,7 @@ def test_batched_stores_are_durable_when_the_run_returns(cache_server, scheduler
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_garbage_collection_is_left_as_it_was(cache_server, enabled):
-    # The graph phases pause the cyclic collector (client_lib.graph.paused_gc); the
+    # The graph phases pause the cyclic collector (client_lib.plan.materialize.paused_gc); the
     # user's setting must come back, also when hashing fails.
     import gc
 

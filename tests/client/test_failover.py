@@ -14,7 +14,7 @@ import pytest
 
 from cache_server.launch import start_server
 from client_lib import CacheClient, CacheUnavailable, cached_compute, last_report
-from client_lib.endpoints import Endpoints
+from client_lib.transport.endpoints import Endpoints
 from tests._servers import RedisProcess, free_port
 
 

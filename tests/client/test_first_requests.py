@@ -1,5 +1,6 @@
-"""A process's first requests go over the standard library (client_lib/light.py) and answer
-exactly as the pooled httpx client does; a short session never imports httpx's transport."""
+"""A process's first requests go over the standard library (client_lib/transport/light.py)
+and answer exactly as the pooled httpx client does; a short session never imports httpx's
+transport."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_first_requests_answer_as_the_pool_does(cache_server):
 SESSION = """
 import json, sys, numpy as np
 from client_lib import CacheClient, CacheAccessDenied
-from client_lib.light import FIRST_REQUESTS
+from client_lib.transport.light import FIRST_REQUESTS
 url, token, stored, missing = sys.argv[1:]
 client = CacheClient(url, token)
 seen = {"found": sorted(client.lookup([stored, missing])),

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from client_lib import CacheClient, cached_compute, codec, last_report, task_hashes
+from client_lib import CacheClient, cached_compute, last_report, task_hashes
+from client_lib.wire import codec
 from tests._compare import assert_same
 from tests.client._corpus_values import _typed_frame
 

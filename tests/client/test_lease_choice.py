@@ -1,4 +1,4 @@
-"""Which tasks a run leases and wraps for storing (client_lib/costs.py): leases for those
+"""Which tasks a run leases and wraps for storing (client_lib/policy/costs.py): leases for those
 whose function took more than one load's latency when it last ran in this process, and
 those never measured here; in a wide graph, a store wrapper for only a sample of the tasks
 no result could be stored for. In-flight deduplication of expensive tasks still works once

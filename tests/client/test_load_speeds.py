@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from client_lib import cached_compute, last_report
-from client_lib.speeds import LOAD_SPEEDS, LoadSpeeds
+from client_lib.policy.speeds import LOAD_SPEEDS, LoadSpeeds
 
 MIB = 2**20
 

@@ -35,7 +35,7 @@ class Placement(SchedulerPlugin):
             return
         ts = self.scheduler.tasks[key]
         name = key if isinstance(key, str) else key[0]
-        # Without the per-submission suffix (client_lib/distributed.py); chunks by name
+        # Without the per-submission suffix (client_lib/plan/schedulers.py); chunks by name
         # and index.
         name = name.rpartition("-rc")[0] or name
         self.seen[name if isinstance(key, str) else (name, *key[1:])] = {
@@ -110,7 +110,7 @@ def _annotated_chunks():
 def test_array_chunks_load_where_their_resources_are(gpu_cluster, cache_server,
                                                      optimize_graph):
     """Dask's optimisation drops the annotations of array layers (below): cached_compute
-    puts them back by task hash (client_lib/annotations.py)."""
+    puts them back by task hash (client_lib/plan/annotations.py)."""
     cluster, client, gpu = gpu_cluster
     ns = uuid.uuid4().hex
     x = _annotated_chunks()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dask
 import pytest
 
-from client_lib.policy import AutoPolicy, Candidate, resolve_policy
+from client_lib.policy.modes import AutoPolicy, Candidate, resolve_policy
 
 
 def _candidate(seconds: float, nbytes: int, *, upstream: float = 0.0,

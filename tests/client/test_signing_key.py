@@ -15,9 +15,9 @@ import dask
 import pytest
 
 from client_lib import CacheClient
-from client_lib.api import resolve_cache
-from client_lib.body_hash import body_root
-from client_lib.signing import SigningKey
+from client_lib.compute import resolve_cache
+from client_lib.core.signing import SigningKey
+from client_lib.wire.body_hash import body_root
 
 SECRET = "3f" * 32
 OTHER = "a1" * 32

@@ -1,4 +1,4 @@
-"""The ``auto`` policy weighs the run (client_lib/budget.py): links of a chain are not
+"""The ``auto`` policy weighs the run (client_lib/policy/budget.py): links of a chain are not
 stored when a later step may be, and the intermediates a run stores fit its store budget.
 Through ``cached_compute`` against a real server; no timing asserts (sleeps only make
 tasks cost at least what the policy needs to see)."""

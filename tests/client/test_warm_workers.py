@@ -1,4 +1,4 @@
-"""The warm-up worker plugin (client_lib/distributed.py, docs/architecture.md, Warming the
+"""The warm-up worker plugin (client_lib/plan/schedulers.py, docs/architecture.md, Warming the
 workers) through a real ``LocalCluster``: the first ``cached_compute`` with a client warms
 every worker, present or joining later, registering once; a plugin that fails does not fail
 the run."""
@@ -26,7 +26,7 @@ def _double(x):
 
 def _warm_state() -> dict:
     """What a worker holds: what the plugin warmed, and whether httpx's transport is in."""
-    from client_lib.distributed import WARMED
+    from client_lib.execution.warm import WARMED
 
     return {"warmed": dict(WARMED), "httpcore": "httpcore" in sys.modules}
 

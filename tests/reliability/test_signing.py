@@ -269,7 +269,7 @@ def test_the_key_never_reaches_the_server(tmp_path, redis_url, key):
         assert last_report().loaded == 1
         log = server.log_path.read_text()
     # The access log is on (the load reads in place: it asked for the location; small
-    # results are stored in batches: client_lib/store_queue.py).
+    # results are stored in batches: client_lib/execution/store_queue.py).
     assert "GET /v1/entries/" in log and "POST /v1/objects/batch" in log
     assert key not in log
 

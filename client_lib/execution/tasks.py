@@ -18,30 +18,31 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from dask.sizeof import sizeof
 
-from . import budget, codec
-from .errors import (
+from ..core.errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
     CacheServerLost,
     CacheUnavailable,
     ResultCacheError,
 )
-from .handles import is_handle
-from .costs import record_seconds
+from ..core.notices import warn_once
+from ..hashing.handles import is_handle
+from ..policy import budget
+from ..policy.costs import record_seconds
+from ..policy.modes import LARGE_BYTES, OVER_BUDGET, Candidate
+from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
+from ..transport.client import CacheClient
+from ..wire import codec
 from .leases import LeaseKeeper, release_leases, wait_for_holder
-from .notices import warn_once
-from .policy import LARGE_BYTES, OVER_BUDGET, Candidate, Policy
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
-from .speeds import LOAD_SPEEDS, STORE_SPEEDS
+from .specs import StoreSpec
 from .store_queue import MAX_OBJECT_BYTES, Queued, StoreQueue
-from .transport import CacheClient
 
-__all__ = ["StoreRun", "StoreSpec", "flush_stores", "load_result", "pop_counts",
+__all__ = ["flush_stores", "load_result", "pop_counts",
            "pop_decisions", "pop_stored", "run_and_store", "run_group", "server_lost"]
 
 _CHAIN_LIMIT = 100_000
@@ -57,36 +58,6 @@ _run_stored: defaultdict[str, set[str]] = defaultdict(set)  # run id -> hashes s
 _lost_runs: dict[str, str] = {}
 _LOST_LIMIT = 10_000
 _lock = threading.Lock()
-
-
-@dataclass(frozen=True)
-class StoreRun:
-    """What every store of one ``cached_compute`` call shares; pickled once per graph."""
-
-    cache: CacheClient
-    policy: Policy
-    run_id: str  # also the holder of this run's leases
-    lease_ttl: float = 60.0
-    lease_wait: float | None = None  # None: the holder's estimate + 30 s
-    # Small results go through the process's StoreQueue (batched, group-committed); the
-    # caller then waits for them with flush_stores (cached_compute on a scheduler it can
-    # reach every executing process of: threads, sync, a distributed client).
-    batch: bool = False
-
-
-@dataclass(slots=True)
-class StoreSpec:
-    """What a store wrapper needs to know about its task."""
-
-    run: StoreRun
-    task_hash: str
-    label: str
-    is_output: bool
-    dep_hashes: tuple[str, ...]
-    ttl: float | None = None  # seconds the entry lives; None: until evicted
-    overwrite: bool = False  # refresh: replace the entry, whatever the policy says
-    lease: str | None = None  # "held": this run leased the hash; "wait": another run did
-    chain_next: str | None = None  # a link of a chain going on to this label (budget.py)
 
 
 def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
@@ -152,7 +123,7 @@ def _stored(run_id: str, task_hash: str, nbytes: int) -> None:
 
 def pop_counts(run_id: str) -> dict[str, float]:
     """What the tasks of ``run_id`` did in *this* process (all of it on local schedulers),
-    with what they computed and spent on stores (client_lib/budget.py)."""
+    with what they computed and spent on stores (client_lib/policy/budget.py)."""
     with _lock:
         counts: dict[str, float] = dict(_run_counts.pop(run_id, {}))
     counts.update(budget.pop_budget(run_id))
@@ -288,7 +259,7 @@ def run_and_store(spec: StoreSpec, func: Any, kwargs: dict | None, *args: Any) -
 
 def _run_leased(spec: StoreSpec, call: Callable[[], Any]) -> Any:
     """Run a task whose hash is leased: by this run (renewed while it runs, released if
-    not stored) or by another (wait for its result first; client_lib.leases)."""
+    not stored) or by another (wait for its result first; client_lib.execution.leases)."""
     run = spec.run
     held = spec.lease == "held"
     if not held:

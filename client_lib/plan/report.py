@@ -51,7 +51,7 @@ class CacheReport:
     # why each large result (>= 1 MiB) was or was not stored, where the policy decided
     store_decisions: list[str] = field(default_factory=list)
     stored_bytes: int = 0  # of the results stored (as encoded, or as measured)
-    # Why the other candidates were not stored (the ``auto`` policy, client_lib/budget.py):
+    # Why the other candidates were not stored (the ``auto`` policy, client_lib/policy/budget.py):
     # links of chains whose later step is a candidate, results that paid but did not fit
     # the run's store budget; the rest cost less to recompute than to load (or were
     # ``None``, handles).

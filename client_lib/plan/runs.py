@@ -27,11 +27,11 @@ import dask.config
 from dask._task_spec import GraphNode, Task
 from dask.callbacks import Callback
 
-from .errors import ResultCacheError
-from .hashing import GraphHashes
-from .notices import warn_once
+from ..core.errors import ResultCacheError
+from ..core.notices import warn_once
+from ..hashing import GraphHashes
+from ..transport.client import CacheClient
 from .report import CacheReport
-from .transport import CacheClient
 
 __all__ = ["MAX_RUN_TASKS", "Progress", "RunReporter", "flush_posts", "post_run", "reporting",
            "run_summary", "task_list", "task_states"]

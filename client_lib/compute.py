@@ -20,8 +20,7 @@ import dask.config
 from dask._task_spec import GraphNode, Task
 from dask.base import get_scheduler, unpack_collections
 
-from . import annotations
-from .errors import (
+from .core.errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
     CacheEntryUntrusted,
@@ -29,18 +28,26 @@ from .errors import (
     CacheServerLost,
     ResultCacheError,
 )
-from .graph import Materialized, materialize, paused_gc, toposort, unfuse
+from .core.notices import warn_once
+from .core.signing import SigningKey, configured_key
+from .execution.leases import lease_ttl, lease_wait, release_leases, take_leases
+from .execution.specs import StoreRun
+from .execution.tasks import (
+    flush_stores,
+    pop_counts,
+    pop_decisions,
+    pop_stored,
+    server_lost,
+)
 from .hashing import GraphHashes, hash_graph
-from .known import external_keys, has_known, known_hashes, remember
-from .leases import lease_ttl, lease_wait, release_leases, take_leases
-from .notices import warn_once
-from .policy import AutoPolicy, resolve_policy
-from .report import CacheReport, set_last_report
-from .rewrite import cacheable_keys, rewrite
-from .runs import RunReporter, reporting
-from .signing import SigningKey, configured_key
-from .tasks import StoreRun, flush_stores, pop_counts, pop_decisions, pop_stored, server_lost
-from .transport import CacheClient, direct_read_mode
+from .plan import annotations
+from .plan.known import external_keys, has_known, known_hashes, remember
+from .plan.materialize import Materialized, materialize, paused_gc, toposort, unfuse
+from .plan.report import CacheReport, set_last_report
+from .plan.rewrite import cacheable_keys, rewrite
+from .plan.runs import RunReporter, reporting
+from .policy.modes import AutoPolicy, resolve_policy
+from .transport.client import CacheClient, direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
            "task_hashes"]
@@ -124,7 +131,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     schedule = _get_scheduler(scheduler, collections)
     cluster = _distributed_client(schedule)
     if cluster is not None and client is not None:
-        from .distributed import warm_workers
+        from .execution.warm import warm_workers
 
         warm_workers(cluster, client)  # in the background, once per client and cache
     report = CacheReport(cache_url=client.url if client else None, namespace=namespace)
@@ -269,7 +276,7 @@ def run_cached(collections: list, *, cache: Any, policy: Any, namespace: str | N
     if not _is_local(schedule) and owner is not None and compute_kwargs.get("sync", True):
         # The workers stored: they told when their stores were waited for (one call)
         # rather than print "stored ?".
-        from .distributed import finish_on_workers
+        from .plan.schedulers import finish_on_workers
 
         counts, decisions, on_workers = tallies or finish_on_workers(owner, run.run_id)
         report.store_decisions += decisions
@@ -344,7 +351,7 @@ def _restore_annotations(m: Materialized, hashes: GraphHashes, collections: list
                          namespace: str, signing_key: SigningKey | None,
                          finalize: bool) -> None:
     """Put back the scheduling annotations Dask's optimisation dropped
-    (:mod:`client_lib.annotations`): hashes the unoptimised graph too, only then."""
+    (:mod:`client_lib.plan.annotations`): hashes the unoptimised graph too, only then."""
     if annotations.has_scheduling(m):
         return  # Dask kept them
     plain = materialize(collections, optimize_graph=False, finalize=finalize)
@@ -410,7 +417,7 @@ def _distributed_client(schedule: Callable) -> Any:
 
 
 def _can_flush(schedule: Callable, kwargs: dict[str, Any]) -> bool:
-    """Whether this run's stores may be queued (client_lib/store_queue.py): every process
+    """Whether this run's stores may be queued (client_lib/execution/store_queue.py): every process
     that runs its tasks can be asked to wait for them before the run returns. Not so for
     worker processes of the multiprocessing scheduler, nor for futures (``sync=False``)."""
     if _is_local(schedule):
@@ -426,7 +433,7 @@ def _flush_stores(schedule: Callable, run_id: str
     if client is None:
         flush_stores(run_id)
         return None
-    from .distributed import finish_on_workers
+    from .plan.schedulers import finish_on_workers
 
     return finish_on_workers(client, run_id)
 
@@ -447,7 +454,7 @@ def _run(schedule: Callable, graph: dict[Key, GraphNode], m: Materialized,
     cluster), it waits for the ``loads`` (a failed one raises here, not in a future)."""
     client = _distributed_client(schedule)
     if client is not None:
-        from .distributed import submit, submit_checked
+        from .plan.schedulers import submit, submit_checked
 
         if kwargs.get("sync", True) is False and loads:
             return submit_checked(client, graph, m.keys, loads, kwargs, m, pinned)

@@ -3,7 +3,7 @@ of object and size class, so the ``auto`` policy stores only what pays back
 (docs/architecture.md, "The rewrite": Policy). And how fast it stores them, for the run's
 store budget (:class:`StoreSpeeds`).
 
-Every :meth:`CacheClient.get <client_lib.transport.CacheClient.get>` records its kind, size
+Every :meth:`CacheClient.get <client_lib.transport.client.CacheClient.get>` records its kind, size
 and wall time (request, transfer or direct read, digest, decode). Until a class has
 samples the policy uses its conservative default (``result-cache.auto.latency`` and
 ``.throughput``). Thread safe; one table per process (a worker's own loads decide what

@@ -37,10 +37,10 @@ DEFAULTS = {
         "report-runs": True,  # send each run's summary to the server (its dashboard)
         "auto": {
             # The auto policy's conservative default for loads of a kind and size this
-            # process has not loaded yet (client_lib/speeds.py learns the real ones).
+            # process has not loaded yet (client_lib/policy/speeds.py learns the real ones).
             "latency": 0.005,  # seconds per load request
             "throughput": 150e6,  # bytes per second a load achieves
-            # The run's store budget (client_lib/budget.py): the intermediates a run stores
+            # The run's store budget (client_lib/policy/budget.py): the intermediates a run stores
             # may take this fraction of the seconds its tasks computed, in store seconds
             # (latency + bytes at the learned store speed, before any at the default).
             "store-budget": 0.1,

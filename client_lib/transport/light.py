@@ -1,6 +1,6 @@
 """A process's first few requests over the standard library's ``http.client`` (imported
 with ``client_lib`` already), answered as ``httpx.Response`` objects so that
-:class:`~client_lib.transport.CacheClient` treats them like any other.
+:class:`~client_lib.transport.client.CacheClient` treats them like any other.
 
 Why: httpx imports its transport (``httpcore``, ``h11``; ``h2`` when installed) when the
 first ``httpx.Client`` is built: 15-20 ms on a quiet machine, ~70 ms loaded. A short

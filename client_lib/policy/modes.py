@@ -6,7 +6,7 @@ so it is worth wrapping) and on the worker after the task ran (``may_store``, a 
 shortcut, then ``should_store`` with the measured compute time and result size). One
 class per mode; :func:`resolve_policy` turns the user's ``"auto" | "all" | "outputs" |
 "none" | callable`` into one. ``auto`` also weighs the run, not each result alone
-(:mod:`client_lib.budget` keeps the run's side: chain links, the store budget).
+(:mod:`client_lib.policy.budget` keeps the run's side: chain links, the store budget).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ OVER_BUDGET = "over the run's store budget"
 class Candidate:
     """A computed result, as the policy sees it on the worker. ``kind`` is how it would
     travel (``ndarray``, ``parquet``, ``pickle``); ``load_seconds`` what loading that much of
-    that kind took on this worker recently (:mod:`client_lib.speeds`), ``None`` before any
+    that kind took on this worker recently (:mod:`client_lib.policy.speeds`), ``None`` before any
     such load, with ``load_samples`` the number of loads it rests on."""
 
     task_hash: str
@@ -66,7 +66,7 @@ class Candidate:
 class Policy(ABC):
     """What to store. Subclasses are frozen dataclasses: they travel to the workers."""
 
-    #: Whether the policy weighs the run (client_lib/budget.py): links of chains are
+    #: Whether the policy weighs the run (client_lib/policy/budget.py): links of chains are
     #: skipped before the run, intermediates share the run's store budget.
     weighs_the_run: ClassVar[bool] = False
 
@@ -110,7 +110,7 @@ class AutoPolicy(Policy):
     Intermediates that pay are stored only within the run's store budget: their store
     seconds (``store_latency`` + bytes at the learned store speed, or at
     ``store_throughput``) may add up to ``budget`` times the seconds the run computed so
-    far (client_lib/budget.py); and a link of a chain whose later step may be stored is
+    far (client_lib/policy/budget.py); and a link of a chain whose later step may be stored is
     not stored at all (decided before the run).
     """
 

@@ -8,31 +8,23 @@ Two things differ from the local schedulers:
 - The graph goes as a ``HighLevelGraph`` whose layers carry the annotations (``retries``,
   ``resources``, ``workers``...); a plain dict would lose them.
 
-And the workers are warmed (:class:`WarmLoads`, docs/architecture.md, Warming the workers):
-the first ``cached_compute`` with a client registers a worker plugin that prepares every
-worker, present or joining later, for loads while the user's process hashes and looks up.
+The workers are warmed by :mod:`client_lib.execution.warm` (docs/architecture.md, Warming
+the workers).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 import uuid
-import weakref
 from collections.abc import Hashable, Mapping, Set
 from typing import Any
 
-import xxhash
 from dask._task_spec import GraphNode
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
-from distributed.diagnostics.plugin import WorkerPlugin
 
-from .graph import Materialized
-from .transport import CacheClient
+from .materialize import Materialized
 
-__all__ = ["WARMED", "WarmLoads", "finish_on_workers", "submit", "submit_checked",
-           "warm_workers"]
+__all__ = ["finish_on_workers", "submit", "submit_checked"]
 
 logger = logging.getLogger("client_lib")
 
@@ -96,12 +88,12 @@ def submit_checked(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
                    keep_names: Set[Key] | None) -> list:
     """Like :func:`submit` with ``sync=False`` (futures of ``keys``), but returns only
     once the ``loads`` have finished: a load that failed cancels everything submitted and
-    raises its :class:`~client_lib.errors.CacheEntryUnavailable`, so the caller can run
+    raises its :class:`~client_lib.core.errors.CacheEntryUnavailable`, so the caller can run
     the graph again without that entry (a future must never fail for the cache's sake).
     Loads are quick next to the computations, which go on in the background."""
     from distributed import wait
 
-    from .errors import CacheEntryUnavailable
+    from ..core.errors import CacheEntryUnavailable
 
     extra = [k for k in dict.fromkeys(loads) if k not in set(keys)]
     futures = submit(client, graph, [*keys, *extra], {**kwargs, "sync": False}, source,
@@ -146,7 +138,7 @@ def finish_on_workers(client: Any, run_id: str) -> tuple[dict[str, float], list[
 def _finish_here(run_id: str) -> tuple[str | None, dict[str, float], list[str], set[str]]:
     """On a worker: :func:`finish_on_workers`' part (a failed wait still hands over the
     tallies)."""
-    from .tasks import flush_stores, pop_counts, pop_decisions, pop_stored
+    from ..execution.tasks import flush_stores, pop_counts, pop_decisions, pop_stored
 
     try:
         flush_stores(run_id)
@@ -154,76 +146,3 @@ def _finish_here(run_id: str) -> tuple[str | None, dict[str, float], list[str], 
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
     return error, pop_counts(run_id), pop_decisions(run_id), pop_stored(run_id)
-
-
-# -- warming the workers (docs/architecture.md, Warming the workers) --------------------
-
-#: In a worker: cache URL -> seconds its warm-up took, or the error that stopped it.
-WARMED: dict[str, float | str] = {}
-# In the user's process: the plugin names registered with each client (weak: a closed,
-# dropped client takes its entry with it).
-_registered: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-_registered_lock = threading.Lock()
-
-
-class WarmLoads(WorkerPlugin):
-    """Prepares a worker for loading from ``cache``: unpickling the plugin imports
-    ``client_lib``; ``setup`` then builds the worker's shared :class:`CacheClient` (the
-    same one its tasks will unpickle) and opens a connection, in a thread of its own so
-    the worker's event loop and tasks never wait for it. Failures are logged, never
-    raised: a cold worker still loads, only later."""
-
-    idempotent = True  # registering it again with the scheduler changes nothing
-
-    def __init__(self, cache: CacheClient) -> None:
-        self.cache = cache
-        self.name = plugin_name(cache)
-
-    def setup(self, worker: Any = None) -> None:
-        threading.Thread(target=_warm, args=(self.cache,), name="result-cache-warm",
-                         daemon=True).start()
-
-
-def plugin_name(cache: CacheClient) -> str:
-    """One plugin per cache a cluster talks to (URL and token; the token only hashed)."""
-    identity = repr((cache.url, cache.token, cache.from_config)).encode()
-    return f"result-cache-warm-{xxhash.xxh64_hexdigest(identity)}"
-
-
-def _warm(cache: CacheClient) -> None:
-    start = time.perf_counter()
-    try:
-        cache.warm()
-    except Exception as exc:  # the first load connects (or fails) as it would have
-        WARMED[cache.url] = f"{type(exc).__name__}: {exc}"
-        logger.warning("result cache: could not warm this worker for %s (%s); its first "
-                       "load connects instead", cache.url, exc)
-        return
-    WARMED[cache.url] = time.perf_counter() - start
-
-
-def warm_workers(client: Any, cache: CacheClient) -> None:
-    """Register :class:`WarmLoads` for ``cache`` with ``client``'s cluster, once per client
-    and cache (later calls cost a dictionary lookup). The registration goes in the
-    background: the caller goes on materialising and hashing meanwhile, and a failure is
-    logged, never raised."""
-    if getattr(client, "asynchronous", False):
-        return  # its calls are coroutines; nothing here awaits them
-    name = plugin_name(cache)
-    with _registered_lock:
-        names = _registered.setdefault(client, set())
-        if name in names:
-            return
-        names.add(name)
-    threading.Thread(target=_register, args=(client, WarmLoads(cache)),
-                     name="result-cache-warm-register", daemon=True).start()
-
-
-def _register(client: Any, plugin: WarmLoads) -> None:
-    try:
-        client.register_plugin(plugin)
-    except Exception as exc:  # e.g. the client closed meanwhile; its workers warm on use
-        with _registered_lock:  # a later run tries again
-            _registered.get(client, set()).discard(plugin.name)
-        logger.warning("result cache: could not register the warm-up plugin %s: %s",
-                       plugin.name, exc)

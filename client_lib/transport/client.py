@@ -3,8 +3,8 @@ and by the workers (load, store).
 
 One pooled ``httpx.Client`` per process and server list (``CacheClient.shared``); bodies
 stream in ~1 MiB pieces both ways. The URL may list several replicas of one cache
-(:mod:`client_lib.endpoints`): requests rotate over them, and one that cannot be reached or
-answers 5xx is retried on the next. Every method raises :class:`CacheUnavailable` when no
+(:mod:`.endpoints`): requests rotate over them, and one that cannot be reached or answers
+5xx is retried on the next. Every method raises :class:`CacheUnavailable` when no
 server answers, and :class:`CacheAccessDenied` when one refuses the token (401/403), so
 callers decide how to degrade.
 """
@@ -31,10 +31,7 @@ import httpx
 import numpy as np
 from dask.sizeof import sizeof
 
-from . import codec, direct, light
-from .body_hash import body_root
-from .endpoints import Endpoints, normalize_urls
-from .errors import (
+from ..core.errors import (
     CacheAccessDenied,
     CacheEntryCorrupt,
     CacheEntryUnavailable,
@@ -44,9 +41,13 @@ from .errors import (
     ResultCacheError,
     access_hint,
 )
-from .notices import warn_once
-from .signing import SigningKey, configured_key
-from .speeds import LOAD_SPEEDS, STORE_SPEEDS
+from ..core.notices import warn_once
+from ..core.signing import SigningKey, configured_key
+from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
+from ..wire import codec
+from ..wire.body_hash import body_root
+from . import direct, light
+from .endpoints import Endpoints, normalize_urls
 
 __all__ = ["CacheClient", "direct_read_mode"]
 
@@ -87,7 +88,7 @@ class CacheClient:
     failure or a 5xx to the following ones, before :class:`CacheUnavailable`.
 
     ``signing_key`` (default: this process's ``result-cache.signing-key``; a secret string
-    or a :class:`~client_lib.signing.SigningKey`) signs every store and is checked on every
+    or a :class:`~client_lib.core.signing.SigningKey`) signs every store and is checked on every
     load before anything is unpickled (docs/protocol.md, "Signed results"). It travels with
     the client to the workers, never to the server; a worker uses its own configured key
     only when the sender has none.
@@ -650,7 +651,7 @@ def _server_error(status: int) -> bool:
 
 
 def _learned(value: Any, start: float) -> Any:
-    """Record how long loading ``value`` took (for the auto policy, client_lib/speeds.py)."""
+    """Record how long loading ``value`` took (for the auto policy, client_lib/policy/speeds.py)."""
     LOAD_SPEEDS.record(codec.kind_of(value), sizeof(value), time.perf_counter() - start)
     return value
 

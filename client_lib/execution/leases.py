@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING, Any
 
 import dask.config
 
-from .costs import estimate, expected_seconds
-from .errors import ResultCacheError
-from .singleton import process_singleton
+from ..core.errors import ResultCacheError
+from ..core.singleton import process_singleton
+from ..policy.costs import estimate, expected_seconds
 
 if TYPE_CHECKING:
-    from .tasks import StoreRun, StoreSpec
-    from .transport import CacheClient
+    from ..transport.client import CacheClient
+    from .specs import StoreRun, StoreSpec
 
 __all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
            "take_leases", "wait_for_holder"]

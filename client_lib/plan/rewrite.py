@@ -3,7 +3,7 @@ stored get a store spec. Keys do not change. docs/architecture.md, The rewrite.
 
 Decisions are made per operation (on the unfused graph), but execution is packed back
 into Dask's own fused tasks: each group of operations that came out of one fused task
-runs as one task (:func:`~client_lib.tasks.run_group`), so the scheduler sees as many
+runs as one task (:func:`~client_lib.execution.tasks.run_group`), so the scheduler sees as many
 tasks as ``dask.compute`` would give it.
 """
 
@@ -16,13 +16,14 @@ from dataclasses import dataclass
 
 from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 
-from .budget import add_compute, mark_chain_links
-from .costs import expected_seconds
-from .expiry import default_ttl, parse_ttl
-from .graph import Materialized
-from .hashing import GraphHashes
-from .policy import Policy
-from .tasks import StoreRun, StoreSpec, load_result, run_and_store, run_group
+from ..execution.specs import StoreRun, StoreSpec
+from ..execution.tasks import load_result, run_and_store, run_group
+from ..hashing import GraphHashes
+from ..policy.budget import add_compute, mark_chain_links
+from ..policy.costs import expected_seconds
+from ..policy.expiry import default_ttl, parse_ttl
+from ..policy.modes import Policy
+from .materialize import Materialized
 
 __all__ = ["Rewritten", "cacheable_keys", "rewrite"]
 
@@ -43,7 +44,7 @@ class Rewritten:
     loaded_keys: list[Key]  # keys (of the unfused graph) that became loads
     computed_keys: list[Key]  # tasks that run
     specs: dict[Key, StoreSpec]  # the store wrappers, by key (leases are set on them)
-    chained: int = 0  # of the wrapped, links of chains: never stored (client_lib/budget.py)
+    chained: int = 0  # of the wrapped, links of chains: never stored (client_lib/policy/budget.py)
 
 
 def _trivial(node: Task) -> bool:
@@ -77,7 +78,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
             overwrite: Set[str] = frozenset()) -> Rewritten:
     """Walk back from the outputs; a cacheable key whose hash is in ``hits`` becomes a
     load under the same key and its dependencies are not visited (culled). ``order`` is
-    the graph's dependency order (from :func:`~client_lib.graph.toposort`). Computed
+    the graph's dependency order (from :func:`~client_lib.plan.materialize.toposort`). Computed
     tasks whose hash is in ``overwrite`` (``refresh``) are stored whatever the policy
     says, replacing their entries. A ``cache_ttl`` annotation (or config
     ``result-cache.ttl``) sets the lifetime of what a task stores."""
@@ -137,7 +138,7 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
 
     And unwrap what the policy could not store: a task that is not an output and whose
     expected chain (its function's cost here plus its most expensive upstream chain,
-    client_lib/costs.py) no result could be stored for loses its spec, except the first
+    client_lib/policy/costs.py) no result could be stored for loses its spec, except the first
     ``_WRAP_FIRST`` tasks of its function in this run and one in ``_WRAP_EVERY`` after
     (they keep the function's cost measured). A small graph is unchanged; a wide graph of
     cheap tasks runs them as Dask would, without a store wrapper per task."""

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .codec import content_hasher
+from ..wire.codec import content_hasher
 
 __all__ = ["DirectReadFailed", "Location", "local_path", "read_object"]
 

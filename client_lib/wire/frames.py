@@ -18,8 +18,8 @@ import json
 import sys
 from typing import Any
 
-from .errors import VolatileValue
-from .hashing import value_digest
+from ..core.errors import VolatileValue
+from ..hashing import value_digest
 
 __all__ = ["PARQUET_KIND", "SERIES_COLUMN", "decode_frame", "encode_frame", "frame_nbytes",
            "is_frame"]

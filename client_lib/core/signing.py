@@ -73,7 +73,7 @@ class SigningKey:
     def sign(self, task_hash: str, kind: str, dtype: str, shape: str, digest: str,
              body: str) -> str:
         """The ``X-Result-Signature`` of one stored object: ``v2.<body digest>.<mac>``,
-        ``body`` being its :func:`~client_lib.body_hash.body_root`."""
+        ``body`` being its :func:`~client_lib.wire.body_hash.body_root`."""
         if len(body) != _BODY_CHARS or not _is_hex(body):
             raise ValueError(f"not a body digest: {body!r}")
         mac = hmac.digest(self._sig_key, _message(SIGNATURE_VERSION, _fields(

@@ -16,11 +16,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .codec import Encoded
-from .errors import CacheAccessDenied, ResultCacheError
-from .notices import warn_once
-from .singleton import process_singleton
-from .transport import CacheClient
+from ..core.errors import CacheAccessDenied, ResultCacheError
+from ..core.notices import warn_once
+from ..core.singleton import process_singleton
+from ..transport.client import CacheClient
+from ..wire.codec import Encoded
 
 __all__ = ["MAX_OBJECT_BYTES", "Queued", "StoreQueue"]
 

@@ -19,7 +19,7 @@ import dask.config
 import numpy as np
 import xxhash
 
-from .errors import CacheProtocolError
+from ..core.errors import CacheProtocolError
 from .frames import PARQUET_KIND, decode_frame, encode_frame, frame_nbytes, is_frame
 
 __all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "array_nbytes", "content_hasher",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from .graph import Materialized
+from .materialize import Materialized
 
 __all__ = ["SCHEDULING", "has_scheduling", "restore"]
 

@@ -24,12 +24,12 @@ the policy weighs with their size.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Hashable
+from dataclasses import replace
 
 from dask._task_spec import GraphNode
 
-from .policy import Candidate, Policy
+from .modes import Candidate, Policy
 
 __all__ = ["add_compute", "decide", "mark_chain_links", "pop_budget"]
 
