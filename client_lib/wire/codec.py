@@ -105,7 +105,9 @@ def array_nbytes(dtype: str, shape: str) -> int:
 
 
 def decode(kind: str, dtype: str, shape: str, body: Any) -> Any:
-    """Rebuild a value from its body (a writable buffer for arrays: no copy)."""
+    """Rebuild a value from its body (a writable buffer for arrays: no copy). A body that
+    does not decode (bad array metadata, a pickle naming a module or class this process
+    lacks) is :class:`CacheProtocolError`: the load fails, the task is recomputed."""
     if kind == "ndarray":
         try:
             dims = tuple(int(n) for n in json.loads(shape))
@@ -114,7 +116,11 @@ def decode(kind: str, dtype: str, shape: str, body: Any) -> Any:
         except (ValueError, TypeError) as exc:
             raise CacheProtocolError(f"bad array metadata {dtype!r} {shape!r}: {exc}") from None
     if kind == "pickle":
-        return cloudpickle.loads(body)
+        try:
+            return cloudpickle.loads(body)
+        except Exception as exc:  # its class moved or went away since it was stored: a miss
+            raise CacheProtocolError(f"cannot unpickle the result: {type(exc).__name__}: "
+                                     f"{exc}") from None
     if kind == PARQUET_KIND:
         try:
             return decode_frame(body)

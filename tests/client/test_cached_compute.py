@@ -367,6 +367,25 @@ def test_corrupt_entries_are_recomputed_and_dropped(fresh_server):
     assert last_report().loaded == 1 and not last_report().retried
 
 
+def test_an_entry_that_cannot_be_unpickled_is_recomputed(cache_server):
+    """A pickle naming a module this process does not have (its class moved or went away
+    since it was stored) is a miss: the task is recomputed, the computation never fails."""
+    from client_lib.wire import codec
+
+    ns = uuid.uuid4().hex
+    total = dask.delayed(sum, pure=True)([1, 2, 3])
+    (task_hash,) = client_lib.task_hashes(total, namespace=ns).values()
+    body = b"cno_such_module_of_this_test\nGone\n."  # GLOBAL, STOP: a class by reference
+    digest = codec.content_hasher("pickle", "", "")
+    digest.update(body)
+    entry = codec.Encoded("pickle", "", "", "no_such_module_of_this_test.Gone",
+                          memoryview(body), digest.hexdigest())
+    assert CacheClient(cache_server.url).put(task_hash, entry, 1.0, "sum")
+    assert cached_compute(total, cache=cache_server.url, namespace=ns,
+                          scheduler="sync") == (6,)
+    assert last_report().retried == [task_hash]
+
+
 # -- distributed -----------------------------------------------------------------------
 
 
