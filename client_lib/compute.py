@@ -20,6 +20,7 @@ import dask.config
 from dask._task_spec import GraphNode, Task
 from dask.base import get_scheduler, unpack_collections
 
+from .core.config import setting
 from .core.errors import (
     CacheAccessDenied,
     CacheEntryUnavailable,
@@ -47,7 +48,8 @@ from .plan.report import CacheReport, set_last_report
 from .plan.rewrite import cacheable_keys, rewrite
 from .plan.runs import RunReporter, reporting
 from .policy.modes import AutoPolicy, resolve_policy
-from .transport.client import CacheClient, direct_read_mode
+from .transport.client import CacheClient
+from .transport.direct import direct_read_mode
 
 __all__ = ["cached_compute", "read_only", "refresh_requested", "resolve_cache", "run_cached",
            "task_hashes"]
@@ -60,10 +62,10 @@ def resolve_cache(cache: Any = None) -> CacheClient | None:
     """A :class:`CacheClient` from a URL, a client, or config ``result-cache.url``."""
     if isinstance(cache, CacheClient):
         return cache
-    token = dask.config.get("result-cache.token", None)
+    token = setting("token")
     from_config = cache is None
     if from_config:
-        cache = dask.config.get("result-cache.url", None)
+        cache = setting("url")
         if not cache:
             return None
     if not isinstance(cache, str):
@@ -318,7 +320,7 @@ def task_hashes(*args: Any, namespace: str | None = None, traverse: bool = True,
 
 def _namespace(namespace: str | None) -> str:
     if namespace is None:
-        namespace = dask.config.get("result-cache.namespace", "default")
+        namespace = setting("namespace")
     if not isinstance(namespace, str):
         raise TypeError(f"namespace must be a string, not {type(namespace).__name__}")
     return namespace
@@ -362,7 +364,7 @@ def _restore_annotations(m: Materialized, hashes: GraphHashes, collections: list
 
 def read_only() -> bool:
     """Whether config ``result-cache.mode`` says to load but never store."""
-    mode = dask.config.get("result-cache.mode", "read-write")
+    mode = setting("mode")
     if mode not in ("read-write", "read-only"):
         raise ValueError(f"result-cache.mode must be 'read-write' or 'read-only', not {mode!r}")
     return mode == "read-only"
@@ -371,7 +373,7 @@ def read_only() -> bool:
 def refresh_requested(refresh: bool | None) -> bool:
     """``refresh``, or config ``result-cache.refresh`` when it is ``None``."""
     if refresh is None:
-        refresh = dask.config.get("result-cache.refresh", False)
+        refresh = setting("refresh")
     if not isinstance(refresh, bool):
         raise TypeError(f"refresh must be True or False, not {refresh!r}")
     return refresh

@@ -30,6 +30,7 @@ from dask.base import tokenize
 from dask.utils import funcname
 
 from .compute import cached_compute, read_only, refresh_requested, resolve_cache
+from .core.config import setting
 from .core.errors import ResultCacheError
 from .core.notices import warn_once
 from .execution.leases import lease_ttl, lease_wait, take_leases
@@ -95,7 +96,7 @@ class CachedClient:
         self.client = client
         self.cache = resolve_cache(cache)
         self.policy = resolve_policy(policy)
-        self.namespace = namespace or dask.config.get("result-cache.namespace", "default")
+        self.namespace = namespace or setting("namespace")
         self.report = CacheReport(cache_url=self.cache.url if self.cache else None,
                                   namespace=self.namespace)
         self._run = (StoreRun(self.cache, self.policy, uuid.uuid4().hex,

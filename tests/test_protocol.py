@@ -67,14 +67,12 @@ def test_both_sides_bound_leases_and_lifetimes_alike():
     from cache_server import models
     from cache_server.service import upload
     from cache_server.settings import Settings
-    from client_lib.execution import leases
-    from client_lib.policy import expiry
-    from client_lib.transport import client as transport
+    from client_lib.wire import bounds
 
-    assert (leases.MIN_TTL, leases.MAX_TTL) == (models.MIN_LEASE_SECONDS,
-                                                models.MAX_LEASE_SECONDS)
-    assert transport._LEASE_BATCH <= Settings().max_lease_hashes
-    assert expiry.MAX_TTL_SECONDS == upload.MAX_TTL_SECONDS
+    assert (bounds.MIN_LEASE_SECONDS, bounds.MAX_LEASE_SECONDS) == (models.MIN_LEASE_SECONDS,
+                                                                    models.MAX_LEASE_SECONDS)
+    assert bounds.LEASE_BATCH <= Settings().max_lease_hashes
+    assert bounds.MAX_TTL_SECONDS == upload.MAX_TTL_SECONDS
 
 
 def test_the_client_speaks_the_lease_routes(cache_server):

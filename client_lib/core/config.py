@@ -3,13 +3,18 @@
 Never a top-level ``cache`` key: Dask's local schedulers read ``config.get("cache")`` as
 their results dictionary. ``DASK_RESULT_CACHE__URL=http://...`` sets ``result-cache.url``
 in every process Dask starts, workers included.
+
+:func:`setting` is the one reader of the section: every ``result-cache.*`` value
+``client_lib`` uses is read through it, with its default from :data:`DEFAULTS`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import dask.config
 
-__all__ = ["DEFAULTS"]
+__all__ = ["DEFAULTS", "setting"]
 
 DEFAULTS = {
     "result-cache": {
@@ -29,10 +34,10 @@ DEFAULTS = {
         "ttl": None,  # lifetime of new entries ("7d", seconds); None: until evicted
         "lease-ttl": 60,  # seconds a computing task's lease lives without renewal
         "lease-wait": None,  # seconds to wait for another's lease; None: estimate + 30
-        "parquet-min-bytes": 2**20,
+        "parquet-min-bytes": 2**20,  # frames this large are stored as Parquet, if exact
         # auto: read objects where they lie when this process sees the server's storage
         # (same host, shared volume), verified; else over HTTP. never: always HTTP.
-        "direct-read": "auto",  # frames this large are stored as Parquet, if exact
+        "direct-read": "auto",
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "report-runs": True,  # send each run's summary to the server (its dashboard)
         "auto": {
@@ -51,3 +56,12 @@ DEFAULTS = {
 }
 
 dask.config.update_defaults(DEFAULTS)
+
+
+def setting(name: str) -> Any:
+    """This process's ``result-cache.<name>`` (``auto.latency`` for a nested one), or its
+    default from :data:`DEFAULTS`. Validating it is the caller's: it knows the bounds."""
+    default: Any = DEFAULTS["result-cache"]
+    for part in name.split("."):
+        default = default[part]
+    return dask.config.get(f"result-cache.{name}", default)

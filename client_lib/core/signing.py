@@ -16,7 +16,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-import dask.config
+from .config import setting
 
 __all__ = ["MIN_SECRET_CHARS", "SIGNATURE_VERSION", "SigningKey", "configured_key"]
 
@@ -132,7 +132,7 @@ def _message(version: str, fields: Sequence[tuple[str, str]]) -> bytes:
 def configured_key() -> SigningKey | None:
     """This process's ``result-cache.signing-key`` (env ``DASK_RESULT_CACHE__SIGNING_KEY``),
     or None. Raises ``ValueError`` for a secret too short to be one."""
-    secret = dask.config.get("result-cache.signing-key", None)
+    secret = setting("signing-key")
     if secret is None or secret == "":
         return None
     if not isinstance(secret, str):  # Dask parses environment values as Python literals

@@ -37,11 +37,11 @@ from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import dask.config
-
+from ..core.config import setting
 from ..core.errors import ResultCacheError
 from ..core.singleton import process_singleton
 from ..policy.costs import estimate, expected_seconds
+from ..wire.bounds import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 
 if TYPE_CHECKING:
     from ..transport.client import CacheClient
@@ -52,24 +52,23 @@ __all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
 
 logger = logging.getLogger("client_lib")
 
-#: Bounds the server enforces too (docs/protocol.md).
-MIN_TTL, MAX_TTL = 1.0, 3600.0
 _GRACE_SECONDS = 30.0
 _POLL_MIN, _POLL_MAX = 0.02, 0.2
 
 
 def lease_ttl() -> float:
     """``result-cache.lease-ttl`` in seconds, checked against the server's bounds."""
-    ttl = float(dask.config.get("result-cache.lease-ttl", 60))
-    if not MIN_TTL <= ttl <= MAX_TTL:
-        raise ValueError(f"result-cache.lease-ttl must be within {MIN_TTL}..{MAX_TTL} s, "
+    ttl = float(setting("lease-ttl"))
+    if not MIN_LEASE_SECONDS <= ttl <= MAX_LEASE_SECONDS:
+        raise ValueError("result-cache.lease-ttl must be within "
+                         f"{MIN_LEASE_SECONDS}..{MAX_LEASE_SECONDS} s, "
                          f"not {ttl}")
     return ttl
 
 
 def lease_wait() -> float | None:
     """``result-cache.lease-wait`` in seconds, or ``None`` (the holder's estimate + 30 s)."""
-    value = dask.config.get("result-cache.lease-wait", None)
+    value = setting("lease-wait")
     if value is None:
         return None
     from dask.utils import parse_timedelta
@@ -90,11 +89,11 @@ def take_leases(run: StoreRun, specs: Iterable[StoreSpec],
     hashes the lookup found that this run computes anyway (refreshed, or distrusted after
     a failed load): never waited for. Returns the hashes leased. A server that cannot
     lease changes nothing (every task computes)."""
-    floor = float(dask.config.get("result-cache.auto.latency", 0.005))
+    floor = float(setting("auto.latency"))
     specs = [spec for spec in specs
              if (seconds := expected_seconds(spec.label)) is None or seconds > floor]
     wanted = {spec.task_hash for spec in specs}
-    limit = int(dask.config.get("result-cache.lease-limit", 10_000))
+    limit = int(setting("lease-limit"))
     if not wanted or len(wanted) > limit:
         if wanted:  # a wide graph of (mostly) small tasks: leasing costs more than it saves
             logger.info("result cache: %d tasks to compute, more than result-cache."

@@ -13,21 +13,21 @@ own.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.errors import CacheAccessDenied, ResultCacheError
 from ..core.notices import warn_once
 from ..core.singleton import process_singleton
+from ..policy.speeds import STORE_SPEEDS
 from ..transport.client import CacheClient
+from ..wire.bounds import MAX_BATCH_ITEMS
 from ..wire.codec import Encoded
 
-__all__ = ["MAX_OBJECT_BYTES", "Queued", "StoreQueue"]
+__all__ = ["Queued", "StoreQueue"]
 
-#: The server's bound for one batched body; larger results are PUT as before.
-MAX_OBJECT_BYTES = 2**20 - 1
-_BATCH_ITEMS = 1000  # the server's bound
-_BATCH_BYTES = 16 * 2**20
+_BATCH_BYTES = 16 * 2**20  # per request, below the server's MAX_BATCH_BYTES
 
 
 @dataclass(slots=True)
@@ -79,7 +79,7 @@ class StoreQueue:
         first = self._queue[0].cache
         batch, rest, nbytes = [], [], 0
         for item in self._queue:
-            if (item.cache is first and len(batch) < _BATCH_ITEMS
+            if (item.cache is first and len(batch) < MAX_BATCH_ITEMS
                     and (not batch or nbytes + item.encoded.nbytes <= _BATCH_BYTES)):
                 batch.append(item)
                 nbytes += item.encoded.nbytes
@@ -107,9 +107,12 @@ class StoreQueue:
 
 def _send(batch: list[Queued]) -> list[bool]:
     cache = batch[0].cache
+    start = time.perf_counter()
     try:
-        return cache.put_many([(q.task_hash, q.encoded, q.seconds, q.label, q.ttl, q.run_id)
-                               for q in batch])
+        stored = cache.put_many([(q.task_hash, q.encoded, q.seconds, q.label, q.ttl,
+                                  q.run_id) for q in batch])
+        STORE_SPEEDS.record(sum(q.encoded.nbytes for q in batch), time.perf_counter() - start)
+        return stored
     except CacheAccessDenied as exc:
         warn_once(f"result cache: {cache.url} refused to store results ({exc.status}: "
                   f"{exc.hint}); continuing without storing")

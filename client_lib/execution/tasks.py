@@ -37,10 +37,11 @@ from ..policy.modes import LARGE_BYTES, OVER_BUDGET, Candidate
 from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
 from ..transport.client import CacheClient
 from ..wire import codec
+from ..wire.bounds import MAX_BATCH_OBJECT_BYTES
 from .leases import LeaseKeeper, release_leases, wait_for_holder
 from .replay import RecordedWarning, WarnedValue, merge, recording, replay, unwrap
 from .specs import StoreSpec
-from .store_queue import MAX_OBJECT_BYTES, Queued, StoreQueue
+from .store_queue import Queued, StoreQueue
 
 __all__ = ["flush_stores", "load_result", "pop_counts",
            "pop_decisions", "pop_stored", "run_and_store", "run_group", "server_lost"]
@@ -188,15 +189,15 @@ def _maybe_store(spec: StoreSpec, value: Any, seconds: float,
                            f"{'stored' if chosen else 'not stored'}: {why}")
         if chosen:
             payload = _encoded(value, warned)
-            if run.batch and not spec.overwrite:
-                payload = payload if isinstance(payload, codec.Encoded) else codec.encode(payload)
-                if payload.nbytes <= MAX_OBJECT_BYTES:
-                    _queue_store(spec, payload, seconds)
-                    return True
+            if run.batch and not spec.overwrite and payload.nbytes <= MAX_BATCH_OBJECT_BYTES:
+                _queue_store(spec, payload, seconds)
+                return True
             # The entry records the task's own time (the chain is only this run's estimate
             # of what recomputing costs, for the policy).
+            start = time.perf_counter()
             if run.cache.put(spec.task_hash, payload, seconds, spec.label,
                              ttl=spec.ttl, overwrite=spec.overwrite, run=run.run_id):
+                STORE_SPEEDS.record(payload.nbytes, time.perf_counter() - start)
                 _stored(run.run_id, spec.task_hash, nbytes)
                 return True
             if spec.overwrite:  # no room for the new value: never serve the old one
@@ -236,11 +237,11 @@ def flush_stores(run_id: str) -> None:
     StoreQueue.get().wait(run_id)
 
 
-def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> Any:
-    """What to upload: the value, or the value with its warnings (then always a pickle,
-    labelled with the value's own type)."""
+def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> codec.Encoded:
+    """What to upload: the value encoded, or the value with its warnings (then always a
+    pickle, labelled with the value's own type)."""
     if not warned:
-        return value
+        return codec.encode(value)
     enc = codec.encode(WarnedValue(value, warned))
     enc.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
     return enc
@@ -323,6 +324,7 @@ def load_result(cache: CacheClient, task_hash: str, label: str, run: str | None 
     when it read it, so the bytes went bad on the way, and the server handles its own
     corruption (it drops an entry whose object fails verification on read).
     """
+    start = time.perf_counter()
     try:
         value = cache.get(task_hash, run)
     except CacheEntryUnavailable:
@@ -331,6 +333,8 @@ def load_result(cache: CacheClient, task_hash: str, label: str, run: str | None 
         raise CacheServerLost(task_hash, str(exc)) from None
     except ResultCacheError as exc:
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
+    # What loading this kind and size takes here, for the auto policy (policy/speeds.py).
+    LOAD_SPEEDS.record(codec.kind_of(value), sizeof(value), time.perf_counter() - start)
     value, warned = unwrap(value)
     if value is None or is_handle(value):  # never stored by this version
         raise CacheEntryUnavailable(task_hash, "holds a handle to external state")

@@ -29,9 +29,9 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import dask.config
 from dask._task_spec import TaskRef
 
+from ..core.config import setting
 from .handles import handle_kind
 
 __all__ = ["TaskKinds", "callable_name"]
@@ -149,8 +149,8 @@ class TaskKinds:
     remembers its answers per function object; not thread safe."""
 
     def __init__(self) -> None:
-        self._volatile = _listed(dask.config.get("result-cache.volatile-functions", None))
-        self._effects = _listed(dask.config.get("result-cache.side-effect-functions", None))
+        self._volatile = _listed(setting("volatile-functions"))
+        self._effects = _listed(setting("side-effect-functions"))
         self._impure: dict[int, tuple[Any, str]] = {}
         for module_name, names in _IMPURE.items():
             for name in names:

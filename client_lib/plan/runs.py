@@ -23,23 +23,22 @@ from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Mapping, Set
 from typing import Any
 
-import dask.config
 from dask._task_spec import GraphNode, Task
 from dask.callbacks import Callback
 
+from ..core.config import setting
 from ..core.errors import ResultCacheError
 from ..core.notices import warn_once
 from ..hashing import GraphHashes
 from ..transport.client import CacheClient
+from ..wire.bounds import MAX_RUN_TASKS
 from .report import CacheReport
 
-__all__ = ["MAX_RUN_TASKS", "Progress", "RunReporter", "flush_posts", "post_run", "reporting",
+__all__ = ["Progress", "RunReporter", "flush_posts", "post_run", "reporting",
            "run_summary", "task_list", "task_states"]
 
 logger = logging.getLogger("client_lib")
 Key = Hashable
-#: The server's bound on a run's task list; larger runs send counts by label.
-MAX_RUN_TASKS = 5000
 _MAX_DEPS = 64
 _EXIT_SECONDS = 2.0
 _PLAN_AFTER = 0.5  # seconds a run goes on before its plan is posted
@@ -47,7 +46,7 @@ _PLAN_AFTER = 0.5  # seconds a run goes on before its plan is posted
 
 def reporting() -> bool:
     """Whether runs are reported (config ``result-cache.report-runs``)."""
-    return bool(dask.config.get("result-cache.report-runs", True))
+    return bool(setting("report-runs"))
 
 
 def task_states(graph: Mapping[Key, GraphNode], order: list[Key], hashes: GraphHashes,

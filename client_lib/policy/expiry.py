@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import dask.config
 from dask.utils import parse_timedelta
 
-__all__ = ["MAX_TTL_SECONDS", "default_ttl", "parse_ttl"]
+from ..core.config import setting
+from ..wire.bounds import MAX_TTL_SECONDS
 
-#: The longest lifetime the server accepts (ten years).
-MAX_TTL_SECONDS = 10 * 365 * 86_400.0
+__all__ = ["default_ttl", "parse_ttl"]
+
 
 
 def parse_ttl(value: Any, where: str = "cache_ttl") -> float | None:
@@ -32,4 +32,4 @@ def parse_ttl(value: Any, where: str = "cache_ttl") -> float | None:
 
 def default_ttl() -> float | None:
     """The lifetime of entries stored without a ``cache_ttl`` annotation."""
-    return parse_ttl(dask.config.get("result-cache.ttl", None), "result-cache.ttl")
+    return parse_ttl(setting("ttl"), "result-cache.ttl")

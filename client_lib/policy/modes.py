@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import dask.config
+from ..core.config import setting
 
 __all__ = [
     "LARGE_BYTES",
@@ -211,19 +211,18 @@ def resolve_policy(policy: Any = None) -> Policy:
     """A :class:`Policy` from ``None`` (config ``result-cache.policy``), a name, a
     callable taking a :class:`Candidate`, or a :class:`Policy`."""
     if policy is None:
-        policy = dask.config.get("result-cache.policy", "auto")
+        policy = setting("policy")
     if isinstance(policy, Policy):
         return policy
     if callable(policy):
         return CallablePolicy(policy)
     if policy == "auto":
-        get = dask.config.get
         return AutoPolicy(
-            latency=float(get("result-cache.auto.latency", 0.005)),
-            throughput=float(get("result-cache.auto.throughput", 150e6)),
-            budget=float(get("result-cache.auto.store-budget", 0.1)),
-            store_latency=float(get("result-cache.auto.store-latency", 0.001)),
-            store_throughput=float(get("result-cache.auto.store-throughput", 100e6)),
+            latency=float(setting("auto.latency")),
+            throughput=float(setting("auto.throughput")),
+            budget=float(setting("auto.store-budget")),
+            store_latency=float(setting("auto.store-latency")),
+            store_throughput=float(setting("auto.store-throughput")),
         )
     if policy in _NAMED:
         return _NAMED[policy]()

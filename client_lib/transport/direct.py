@@ -29,9 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from ..wire.codec import content_hasher
+from ..core.config import setting
+from ..wire.codec import content_hasher, object_header
 
-__all__ = ["DirectReadFailed", "Location", "local_path", "read_object"]
+__all__ = ["DirectReadFailed", "Location", "allowed", "direct_read_mode", "local_path",
+           "read_object"]
 
 _READ_THREADS = 8
 
@@ -51,6 +53,24 @@ class Location:
     digest: str
     label: str = ""
     body: str = ""
+
+
+def direct_read_mode() -> str:
+    """Config ``result-cache.direct-read``: ``"auto"`` (read objects in place when this
+    process sees the server's storage) or ``"never"``."""
+    mode = setting("direct-read")
+    if mode not in ("auto", "never"):
+        raise ValueError(f"result-cache.direct-read must be 'auto' or 'never', not {mode!r}")
+    return mode
+
+
+def allowed() -> bool:
+    """Whether this process may read in place (a bad setting: no, reported by the caller
+    of ``cached_compute`` in the user's process, never by a worker's load)."""
+    try:
+        return direct_read_mode() == "auto"
+    except ValueError:
+        return False
 
 
 class DirectReadFailed(Exception):
@@ -85,7 +105,7 @@ def read_object(path: Path | str, storage: str, kind: str, dtype: str, shape: st
             body: Any = _read_zarr(path, dtype, shape, hasher)
         elif storage == "blob":
             raw = _read_url(path) if isinstance(path, str) else _read_file(path)
-            prefix = f"{kind}\n{dtype}\n{shape}\n".encode("ascii")
+            prefix = object_header(kind, dtype, shape)
             if raw[: len(prefix)] != prefix:
                 raise DirectReadFailed(f"{path} does not start with its header")
             body = raw[len(prefix):]

@@ -15,21 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import cloudpickle
-import dask.config
 import numpy as np
 import xxhash
 
+from ..core.config import setting
 from ..core.errors import CacheProtocolError
 from .frames import PARQUET_KIND, decode_frame, encode_frame, frame_nbytes, is_frame
 
-__all__ = ["CHUNK_BYTES", "PARQUET_MIN_BYTES", "Encoded", "array_nbytes", "content_hasher",
+__all__ = ["CHUNK_BYTES", "Encoded", "array_nbytes", "content_hasher", "object_header",
            "decode", "encode", "kind_of"]
 
 CHUNK_BYTES = 1 << 20
-#: Frames at least this large (in memory) are offered to Parquet: the size from which
-#: the server keeps arrays in Zarr (storage.ZARR_MIN_BYTES); config
-#: ``result-cache.parquet-min-bytes`` overrides it.
-PARQUET_MIN_BYTES = 1 << 20
 _ARRAY_KINDS = frozenset("biufcmMSU")
 
 
@@ -54,10 +50,15 @@ class Encoded:
             yield body[start:start + size]
 
 
+def object_header(kind: str, dtype: str, shape: str) -> bytes:
+    """The metadata header the content digest starts with (and a blob file with it)."""
+    return f"{kind}\n{dtype}\n{shape}\n".encode("ascii")
+
+
 def content_hasher(kind: str, dtype: str, shape: str) -> xxhash.xxh3_128:
     """The content digest as the protocol defines it, xxh3_128 over the metadata header
     and then the body: fed the header here, to be updated with the body's bytes."""
-    return xxhash.xxh3_128(f"{kind}\n{dtype}\n{shape}\n".encode("ascii"))
+    return xxhash.xxh3_128(object_header(kind, dtype, shape))
 
 
 def _is_wire_array(value: Any) -> bool:
@@ -130,4 +131,7 @@ def decode(kind: str, dtype: str, shape: str, body: Any) -> Any:
 
 
 def _parquet_min_bytes() -> int:
-    return int(dask.config.get("result-cache.parquet-min-bytes", PARQUET_MIN_BYTES))
+    """Frames at least this large (in memory) are offered to Parquet: config
+    ``result-cache.parquet-min-bytes``, by default the size from which the server keeps
+    arrays in Zarr (storage.ZARR_MIN_BYTES)."""
+    return int(setting("parquet-min-bytes"))

@@ -16,7 +16,7 @@ from tests._imports import imported_modules
 FORBIDDEN = ("cache_server", "storage")
 PACKAGE = Path(client_lib.__file__).parent
 #: client_lib's sub-packages, bottom first; the entry points (top-level modules) sit above.
-LAYERS = ("core", "hashing", "wire", "policy", "transport", "execution", "plan")
+LAYERS = ("core", "hashing", "wire", "transport", "policy", "execution", "plan")
 
 
 def test_client_lib_sources_do_not_import_the_server_or_storage():
@@ -112,3 +112,10 @@ def test_no_import_cycles_not_even_for_type_checking():
         if name not in state:
             visit(name)
     assert cycles == []
+def test_transport_imports_no_dask():
+    """It runs wherever a load or store does; it reads config through core.config."""
+    dask = {name: sorted(m for m in imported_modules(MODULES[name])
+                         if m.split(".")[0] in ("dask", "distributed"))
+            for name in MODULES if name.startswith("client_lib.transport")}
+    assert {n: m for n, m in dask.items() if m} == {}
+
