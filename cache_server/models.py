@@ -7,6 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from client_lib.wire.bounds import (
+    MAX_COMPUTE_SECONDS,
+    MAX_LEASE_SECONDS,
+    MAX_RUN_TASKS,
+    MIN_LEASE_SECONDS,
+)
+
 __all__ = [
     "MAX_COMPUTE_SECONDS",
     "EntryList",
@@ -28,9 +35,8 @@ __all__ = [
 ]
 
 
-#: The largest ``X-Result-Compute-Seconds`` accepted (about 116 days): a finite bound, so that
-#: ``saved_seconds`` (their sum over hits) stays a finite number.
-MAX_COMPUTE_SECONDS = 1e7
+# The protocol's bounds (MAX_COMPUTE_SECONDS, lease seconds, MAX_RUN_TASKS) are
+# client_lib.wire.bounds': both sides use the one definition.
 
 
 class LookupRequest(BaseModel):
@@ -137,7 +143,6 @@ class Health(BaseModel):
 
 # -- leases (docs/protocol.md, "Leases") ----------------------------------------------------
 
-MIN_LEASE_SECONDS, MAX_LEASE_SECONDS = 1.0, 3600.0
 Holder = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$",
                               description="who computes: a run id, 1-64 of [A-Za-z0-9_.-]")]
 LeaseSeconds = Annotated[float, Field(ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS,
@@ -195,8 +200,6 @@ class LeaseState(BaseModel):
 #: task needed it), computed, computed and stored, volatile (never cached, ``reason`` says
 #: why), or found but computed anyway (a refresh, an entry that failed to load).
 TaskState = Literal["loaded", "culled", "computed", "stored", "volatile", "hit"]
-#: A run's task list holds at most this many tasks; larger runs send counts by label.
-MAX_RUN_TASKS = 5000
 _Text = Annotated[str, Field(max_length=1024)]
 
 

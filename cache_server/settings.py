@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from client_lib.wire.bounds import LEASE_BATCH
 from storage import storage_url_problem
 
 __all__ = ["Settings", "parse_size"]
@@ -95,7 +96,7 @@ class Settings(BaseSettings):
     )
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     max_lease_hashes: int = Field(
-        default=100_000, gt=0, description="most hashes in one lease request"
+        default=LEASE_BATCH, gt=0, description="most hashes in one lease request"
     )
     events_maxlen: int = Field(
         default=10_000, gt=0, description="events kept (approximately) for /v1/events"

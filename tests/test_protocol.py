@@ -63,16 +63,21 @@ def test_equal_bytes_with_another_shape_are_another_object():
     assert codec.encode(a).digest != codec.encode(a.reshape(2, 3)).digest
 
 
-def test_both_sides_bound_leases_and_lifetimes_alike():
+def test_the_server_takes_the_protocol_facts_from_client_lib_wire():
+    """Each bound, header name and the batch format is defined once (client_lib/wire) and
+    the server uses that definition, so the two sides cannot drift apart."""
     from cache_server import models
-    from cache_server.service import upload
+    from cache_server.api.routers import objects
     from cache_server.settings import Settings
-    from client_lib.wire import bounds
+    from client_lib.wire import batch, bounds
 
-    assert (bounds.MIN_LEASE_SECONDS, bounds.MAX_LEASE_SECONDS) == (models.MIN_LEASE_SECONDS,
-                                                                    models.MAX_LEASE_SECONDS)
-    assert bounds.LEASE_BATCH <= Settings().max_lease_hashes
-    assert bounds.MAX_TTL_SECONDS == upload.MAX_TTL_SECONDS
+    assert models.MAX_COMPUTE_SECONDS is bounds.MAX_COMPUTE_SECONDS
+    assert (models.MIN_LEASE_SECONDS, models.MAX_LEASE_SECONDS) == (
+        bounds.MIN_LEASE_SECONDS, bounds.MAX_LEASE_SECONDS)
+    assert Settings().max_lease_hashes == bounds.LEASE_BATCH
+    items = [({"hash": "a" * 32, "nbytes": 3}, b"abc"), ({"hash": "b" * 32, "nbytes": 0}, b"")]
+    assert batch.unpack(batch.pack(items)) == items
+    assert objects._BATCH == batch.MEDIA_TYPE
 
 
 def test_the_client_speaks_the_lease_routes(cache_server):

@@ -39,6 +39,7 @@ from cache_server.service.reads import Reads
 from cache_server.service.removal import Removal
 from cache_server.service.upload import Upload
 from cache_server.service.writes import Writes
+from client_lib.wire.bounds import LEASE_BATCH
 from storage import CorruptObject, ObjectNotFound, ObjectStore, TaskReference
 
 __all__ = ["ResultCache"]
@@ -61,7 +62,7 @@ class ResultCache:
         metrics: Metrics,
         max_body_bytes: int,
         max_bytes: int | None = None,
-        max_lease_hashes: int = 100_000,
+        max_lease_hashes: int = LEASE_BATCH,
         max_uploads: int = 64,
         body_timeout: float = 30.0,
         max_body_memory: int = 512 * 2**20,

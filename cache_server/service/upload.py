@@ -10,20 +10,19 @@ import math
 import re
 from dataclasses import dataclass
 
-from cache_server.models import MAX_COMPUTE_SECONDS, Manifest
+from cache_server.models import Manifest
 from cache_server.service.errors import InvalidUpload
+from client_lib.wire.bounds import MAX_COMPUTE_SECONDS, MAX_TTL_SECONDS
 from storage import ObjectHeader, Sidecar, TaskReference, is_digest
 
-__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TTL_SECONDS", "MAX_TYPE_CHARS",
-           "Upload", "manifest_for"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TYPE_CHARS", "Upload",
+           "manifest_for"]
 
 MAX_LABEL_CHARS = 1024
 MAX_TYPE_CHARS = 512
 MAX_SIGNATURE_CHARS = 256
 #: A client's signature is opaque to the server: visible ASCII, no spaces or commas.
 _SIGNATURE = re.compile(rf"[!-+\--~]{{1,{MAX_SIGNATURE_CHARS}}}")
-#: The longest entry lifetime accepted (ten years).
-MAX_TTL_SECONDS = 10 * 365 * 86_400.0
 
 
 @dataclass(frozen=True)

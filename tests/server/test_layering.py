@@ -91,3 +91,21 @@ def test_every_module_declares_all() -> None:
         if "__all__" not in targets:
             missing.append(str(path.relative_to(PACKAGE)))
     assert missing == []
+
+
+def test_the_server_takes_only_protocol_facts_from_client_lib() -> None:
+    """The service, the index and the HTTP layer import ``client_lib.wire`` (each protocol
+    fact defined once) and nothing else of the client; the CLI shares its error hints."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE)
+        allowed = ("client_lib.wire",) + (("client_lib.core.errors",) if where.parts[0] == "cli"
+                                          else ())
+        if where.parts[0] == "examples":  # a user's script: the public API
+            continue
+        bad = {m for m in imported_modules(path) if m.split(".")[0] == "client_lib"
+               and not any(m == a or m.startswith(f"{a}.") for a in allowed)}
+        if bad:
+            found[str(where)] = bad
+    assert found == {}
+

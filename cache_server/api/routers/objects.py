@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from typing import Annotated, Any
 from urllib.parse import quote, unquote
@@ -21,6 +20,8 @@ from cache_server.models import Manifest
 from cache_server.service.body import PIECE_BYTES
 from cache_server.service.errors import BodyTooLarge
 from cache_server.service.upload import Upload
+from client_lib.wire import batch, bounds
+from client_lib.wire import headers as result_headers
 from storage import ObjectHeader, is_digest
 
 __all__ = ["router"]
@@ -62,15 +63,15 @@ async def put_object(
     request: Request,
     task_hash: TaskHash,
     cache: CacheDep,
-    kind: Annotated[str, Header(alias="X-Result-Kind")],
-    digest: Annotated[str, Header(alias="X-Result-Digest")],
-    compute_seconds: Annotated[float, Header(alias="X-Result-Compute-Seconds")],
-    label: Annotated[str, Header(alias="X-Result-Label")],
-    dtype: Annotated[str | None, Header(alias="X-Result-Dtype")] = None,
-    shape: Annotated[str | None, Header(alias="X-Result-Shape")] = None,
-    type_name: Annotated[str | None, Header(alias="X-Result-Type")] = None,
-    signature: Annotated[str | None, Header(alias="X-Result-Signature")] = None,
-    ttl: Annotated[float | None, Header(alias="X-Result-TTL")] = None,
+    kind: Annotated[str, Header(alias=result_headers.KIND)],
+    digest: Annotated[str, Header(alias=result_headers.DIGEST)],
+    compute_seconds: Annotated[float, Header(alias=result_headers.COMPUTE_SECONDS)],
+    label: Annotated[str, Header(alias=result_headers.LABEL)],
+    dtype: Annotated[str | None, Header(alias=result_headers.DTYPE)] = None,
+    shape: Annotated[str | None, Header(alias=result_headers.SHAPE)] = None,
+    type_name: Annotated[str | None, Header(alias=result_headers.TYPE)] = None,
+    signature: Annotated[str | None, Header(alias=result_headers.SIGNATURE)] = None,
+    ttl: Annotated[float | None, Header(alias=result_headers.TTL)] = None,
     run: RunHeader = None,
     overwrite: Annotated[bool, Query(description="replace an indexed entry")] = False,
 ) -> Response:
@@ -121,22 +122,22 @@ class _BodyResponse(StreamingResponse):
 
 def _object_headers(manifest: Manifest) -> dict[str, str]:
     headers = {
-        "X-Result-Kind": manifest.kind,
-        "X-Result-Digest": manifest.digest,
-        "X-Result-Compute-Seconds": repr(manifest.compute_seconds),
-        "X-Result-Label": quote(manifest.label, safe=""),
+        result_headers.KIND: manifest.kind,
+        result_headers.DIGEST: manifest.digest,
+        result_headers.COMPUTE_SECONDS: repr(manifest.compute_seconds),
+        result_headers.LABEL: quote(manifest.label, safe=""),
         "Content-Length": str(manifest.nbytes),
     }
     if manifest.kind == "ndarray":
         header = ObjectHeader.array(manifest.dtype or "", manifest.shape or [])
-        headers["X-Result-Dtype"] = header.dtype
-        headers["X-Result-Shape"] = header.shape_text
+        headers[result_headers.DTYPE] = header.dtype
+        headers[result_headers.SHAPE] = header.shape_text
     if manifest.type:
-        headers["X-Result-Type"] = manifest.type
+        headers[result_headers.TYPE] = manifest.type
     if manifest.signature:
-        headers["X-Result-Signature"] = manifest.signature
+        headers[result_headers.SIGNATURE] = manifest.signature
     if manifest.expires is not None:
-        headers["X-Result-Expires"] = repr(manifest.expires)
+        headers[result_headers.EXPIRES] = repr(manifest.expires)
     return headers
 
 
@@ -162,13 +163,7 @@ async def head_object(task_hash: TaskHash, cache: CacheDep) -> Response:
 
 # -- batches of small objects (docs/protocol.md, "Batched stores") ---------------------------
 
-_BATCH = "application/x-result-batch"
-#: Bounds of one batch: items, bytes in all, bytes per body (small objects only: larger ones
-#: stream through PUT), bytes per item header.
-MAX_BATCH_ITEMS = 1000
-MAX_BATCH_BYTES = 64 * 2**20
-MAX_BATCH_OBJECT_BYTES = 2**20 - 1
-MAX_BATCH_HEADER_BYTES = 16 * 2**10
+_BATCH = batch.MEDIA_TYPE
 
 
 def _batch_upload(meta: Any, nbytes: int) -> Upload:
@@ -201,35 +196,13 @@ def _batch_upload(meta: Any, nbytes: int) -> Upload:
 
 
 def parse_batch(body: bytes) -> list[tuple[Upload, bytes]]:
-    """Cut a batch body into uploads (docs/protocol.md, "Batched stores"); every bound is
-    checked before the bytes it covers are used. Raises :class:`InvalidRequest`."""
-    items: list[tuple[Upload, bytes]] = []
-    view = memoryview(body)
-    pos = 0
-    while pos < len(view):
-        if len(items) == MAX_BATCH_ITEMS:
-            raise InvalidRequest(f"more than {MAX_BATCH_ITEMS} objects in one batch")
-        if pos + 4 > len(view):
-            raise InvalidRequest("batch body ends inside an item's header length")
-        size = int.from_bytes(view[pos:pos + 4], "big")
-        if size > MAX_BATCH_HEADER_BYTES:
-            raise InvalidRequest(f"batch item header longer than {MAX_BATCH_HEADER_BYTES} bytes")
-        start = pos + 4 + size
-        if start > len(view):
-            raise InvalidRequest("batch body ends inside an item's header")
-        try:
-            meta = json.loads(bytes(view[pos + 4:start]))
-            nbytes = int(meta["nbytes"]) if isinstance(meta, dict) else -1
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InvalidRequest(f"unreadable batch item header: {exc}") from None
-        if not 0 <= nbytes <= MAX_BATCH_OBJECT_BYTES:
-            raise InvalidRequest(f"a batched object must have 0 to {MAX_BATCH_OBJECT_BYTES} "
-                                 "bytes (PUT larger ones)")
-        if start + nbytes > len(view):
-            raise InvalidRequest("batch body ends inside an object")
-        items.append((_batch_upload(meta, nbytes), bytes(view[start:start + nbytes])))
-        pos = start + nbytes
-    return items
+    """Cut a batch body into uploads (docs/protocol.md, "Batched stores"; the framing is
+    ``client_lib.wire.batch``'s). Raises :class:`InvalidRequest`."""
+    try:
+        items = batch.unpack(body)
+    except batch.BatchFormatError as exc:
+        raise InvalidRequest(str(exc)) from None
+    return [(_batch_upload(meta, len(data)), data) for meta, data in items]
 
 
 @router.post(
@@ -246,9 +219,10 @@ async def store_batch(request: Request, cache: CacheDep) -> JSONResponse:
     is durable and indexed. One result per item, in order: ``status`` 201 (stored), 200
     (indexed already) or the status a ``PUT`` of that item alone would have got."""
     length = _parse_content_length(request.headers.get("content-length"))
-    if length is not None and length > MAX_BATCH_BYTES:
-        raise BodyTooLarge(MAX_BATCH_BYTES)
-    uploads, outcomes = await cache.store_batch(request.stream(), MAX_BATCH_BYTES, parse_batch)
+    if length is not None and length > bounds.MAX_BATCH_BYTES:
+        raise BodyTooLarge(bounds.MAX_BATCH_BYTES)
+    uploads, outcomes = await cache.store_batch(request.stream(), bounds.MAX_BATCH_BYTES,
+                                                parse_batch)
     results = []
     for (upload, _), outcome in zip(uploads, outcomes, strict=True):
         if isinstance(outcome, Exception):

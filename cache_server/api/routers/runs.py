@@ -11,6 +11,7 @@ from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep
 from cache_server.api.responses import errors
 from cache_server.models import RunList, RunSummary
+from client_lib.wire import headers as result_headers
 
 __all__ = ["RunHeader", "RunId", "router"]
 
@@ -19,7 +20,7 @@ router = APIRouter(tags=["runs"])
 RunId = Annotated[str, Path(pattern=r"^[0-9a-f]{32}$", description="32 lowercase hex")]
 #: ``X-Result-Run`` on loads and stores: the run they belong to (their event names it).
 RunHeader = Annotated[str | None, Header(
-    alias="X-Result-Run", pattern=r"^[0-9a-f]{32}$",
+    alias=result_headers.RUN, pattern=r"^[0-9a-f]{32}$",
     description="the id of the run this load or store belongs to (its event names it)")]
 
 
