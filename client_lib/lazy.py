@@ -240,7 +240,8 @@ def _read_block(path: str, digests: tuple[str, ...], dtype_text: str, task_hash:
                                  else stored.astype(dtype, copy=False))
     grid = tuple(-(-n // c) for c, n in zip(array.chunks, array.shape, strict=True))
     index = int(np.ravel_multi_index(block_id, grid)) if block_id else 0
-    actual = xxhash.xxh3_128_hexdigest(memoryview(block).cast("B"))
+    # Bytes as storage hashed them: numpy exports no buffer of datetimes ('M', 'm').
+    actual = xxhash.xxh3_128_hexdigest(block.reshape(-1).view(np.uint8))
     if actual != digests[index]:
         raise CacheEntryCorrupt(task_hash, digests[index], actual)
     return block
