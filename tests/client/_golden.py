@@ -88,6 +88,16 @@ class Lazy:
         return self.k * 2
 
 
+class Tagged(np.ndarray):
+    """An ndarray subclass whose instances carry an attribute of their own."""
+
+
+def _tagged() -> Tagged:
+    arr = np.arange(3.0).view(Tagged)
+    arr.unit = "m"
+    return arr
+
+
 def _cyclic() -> list:
     items: list = [1, 2]
     items.append(items)
@@ -156,6 +166,10 @@ def values() -> dict[str, Any]:
         "categorical": pd.Series(["x", "y", "x"], dtype="category"),
         "datetime column": pd.Series(pd.date_range("2026-01-01", periods=4, freq="D")),
         "tz column": pd.Series(pd.date_range("2026-01-01", periods=3, tz="Europe/London")),
+        "dtype with metadata": np.dtype("f8", metadata={"unit": "m"}),
+        "hard masked array": np.ma.masked_array([1, 2], mask=[0, 1], hard_mask=True),
+        "ndarray subclass": _tagged(), "reversed view": np.arange(6.0)[::-1],
+        "float32 memoryview": memoryview(np.arange(4, dtype=np.float32)),
         "range index": pd.RangeIndex(2, 20, 3), "index": pd.Index(["a", "b"], name="i"),
         "multiindex": pd.MultiIndex.from_tuples([(1, "a"), (2, "b")], names=["n", "s"]),
         "datetime index": pd.date_range("2026-01-01", periods=3, freq="h"),
