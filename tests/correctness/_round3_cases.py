@@ -1,4 +1,4 @@
-"""Value cases of correctness round 3 (issue 27, cases 3 and 4): two argument values that
+"""Value cases of correctness round 3 (issue 27, cases 1 to 4): two argument values that
 are not the same value, and a first task that tells them apart, so a hash that confuses
 them serves a stale result after the edit.
 
@@ -15,6 +15,16 @@ from tests.correctness._projects import Case, delayed_case
 
 __all__ = ["CASES"]
 
+PANDAS = "import pandas as pd\nimport pyarrow as pa"
+TYPES = "return [type(v).__name__ for v in x]"
+SIGN = "return float(np.copysign(1.0, float(x.iloc[0])))"
+ARROW_F64 = "dtype=pd.ArrowDtype(pa.float64())"
+DUPLICATES = '''\
+try:
+    pd.concat([x, x])
+    return "allowed"
+except Exception as exc:
+    return type(exc).__name__'''
 ASSIGN_UNDER_MASK = "y = x.copy()\ny[1] = 5\nreturn int(np.ma.count_masked(y))"
 MASKED = "np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])"
 TAKES_ANY = "def step_b(x):\n    return (x, x)"
@@ -30,7 +40,7 @@ def tagged(unit):
 NDITER = "return [float(v) for v in np.nditer(x)]"
 
 
-def value_case(name: str, before: str, after: str, body: str, header: str = "",
+def value_case(name: str, before: str, after: str, body: str, header: str = PANDAS,
                prepare: str = "pass") -> Case:
     """``step_a(before)`` edited into ``step_a(after)``: everything recomputes (``b``
     and ``c`` take any value ``step_a`` returns)."""
@@ -41,7 +51,50 @@ def value_case(name: str, before: str, after: str, body: str, header: str = "",
 
 
 CASES: list[Case] = [
+    # 1. Categorical and extension data by their exact buffers.
+    value_case("categorical with mixed-type categories (1)",
+               "pd.Series(pd.Categorical([1, '1', 1]))",
+               "pd.Series(pd.Categorical(['1', 1, '1']))", TYPES),
+    value_case("CategoricalIndex with mixed-type categories (1)",
+               "pd.DataFrame({'v': [1, 2, 3]}, index=pd.CategoricalIndex([1, '1', 1]))",
+               "pd.DataFrame({'v': [1, 2, 3]}, index=pd.CategoricalIndex(['1', 1, '1']))",
+               "return [type(v).__name__ for v in x.index]"),
+    value_case("-0.0 in a nullable Float64 column (1)",
+               "pd.Series([0.0, 1.0], dtype='Float64')",
+               "pd.Series([-0.0, 1.0], dtype='Float64')", SIGN),
+    value_case("-0.0 in an ArrowDtype(pa.float64()) column (1)",
+               f"pd.Series([0.0, 1.0], {ARROW_F64})",
+               f"pd.Series([-0.0, 1.0], {ARROW_F64})", SIGN),
+    value_case("-0.0 in interval breaks (1)",
+               "pd.Series(pd.IntervalIndex.from_breaks([0.0, 1.0]))",
+               "pd.Series(pd.IntervalIndex.from_breaks([-0.0, 1.0]))",
+               "return float(np.copysign(1.0, x.iloc[0].left))"),
+    value_case("NaN vs null in an Arrow float column (1)",
+               "pd.Series(pd.arrays.ArrowExtensionArray(pa.array([np.nan, 1.0], "
+               "from_pandas=False)))",
+               "pd.Series(pd.arrays.ArrowExtensionArray(pa.array([None, 1.0])))",
+               "return int(x.isna().sum())"),
+    value_case("NaN vs NA in a nullable Float64 column",
+               "pd.Series(pd.arrays.FloatingArray(np.array([np.nan, 1.0]), "
+               "np.array([False, False])))",
+               "pd.Series(pd.arrays.FloatingArray(np.array([np.nan, 1.0]), "
+               "np.array([True, False])))",
+               "return int(x.isna().sum())"),
+    value_case("-0.0 stored in a sparse column",
+               "pd.Series(pd.arrays.SparseArray([0.0, 1.0], fill_value=np.nan))",
+               "pd.Series(pd.arrays.SparseArray([-0.0, 1.0], fill_value=np.nan))", SIGN),
+    # 2. Element types by position.
+    value_case("object Series: which element is an np.str_ (2)",
+               "pd.Series([np.str_('a'), 'b'], dtype=object)",
+               "pd.Series(['a', np.str_('b')], dtype=object)", TYPES),
     # 3. State the encoders never saw.
+    value_case("DataFrame.flags (3)",
+               "pd.DataFrame({'a': [1, 2]})",
+               "pd.DataFrame({'a': [1, 2]}).set_flags(allows_duplicate_labels=False)",
+               DUPLICATES),
+    value_case("Series.flags",
+               "pd.Series([1, 2])",
+               "pd.Series([1, 2]).set_flags(allows_duplicate_labels=False)", DUPLICATES),
     value_case("dtype.metadata (3)",
                "np.zeros(3, dtype=np.dtype(np.float64, metadata={'unit': 'm'}))",
                "np.zeros(3, dtype=np.dtype(np.float64, metadata={'unit': 'km'}))",
