@@ -7,6 +7,11 @@ its ``metadata``; an array with its memory order (``np.nditer`` and ``ravel(orde
 visit elements in it); a masked array with its hard mask; another ndarray subclass with
 the attributes its instances carry, which its pickled state leaves out.
 
+A random generator (``Generator``, ``RandomState``, a ``BitGenerator``) is not a value:
+every draw advances it, so what a task draws from it depends on the draws before (a
+cached result would skip one and shift the rest). Reached from a task (an argument, the
+instance of a bound method, a global, a closure), it makes the task volatile. A
+``SeedSequence`` (what ``dask.array.random`` passes its chunk tasks) is a value.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..errors import VolatileValue
 from .registry import HANDLERS
 
 if TYPE_CHECKING:
@@ -143,6 +149,12 @@ def _path_like(arr: np.ndarray) -> list:
         return np.unique(flat[mask]).tolist()
     except (SystemError, ValueError, UnicodeError):  # code points no file name can hold
         return []
+
+
+@HANDLERS.register(np.random.Generator, np.random.RandomState, np.random.BitGenerator)
+def _generator(enc: Encoder, obj: object) -> None:
+    raise VolatileValue(f"a random generator ({type(obj).__module__}."
+                        f"{type(obj).__qualname__}) is advanced by every draw from it")
 
 
 @HANDLERS.register(np.generic)
