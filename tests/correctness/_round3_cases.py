@@ -1,6 +1,7 @@
-"""Value cases of correctness round 3 (issue 27, cases 1 to 4): two argument values that
-are not the same value, and a first task that tells them apart, so a hash that confuses
-them serves a stale result after the edit.
+"""Cases of correctness round 3 (issue 27). Cases 1 to 4: two argument values that are not
+the same value, and a first task that tells them apart, so a hash that confuses them
+serves a stale result after the edit. Case 11: an edit a version stands for, which must
+recompute nothing.
 
 Part of the catalogue in :mod:`tests.correctness._mutations` (which appends them), so
 they run cold, warm and edited in fresh processes (``test_mutations.py``) and at the
@@ -11,7 +12,7 @@ only: nothing here imports client_lib.
 
 from __future__ import annotations
 
-from tests.correctness._projects import Case, delayed_case
+from tests.correctness._projects import Case, array_pipe, delayed_case
 
 __all__ = ["CASES"]
 
@@ -38,6 +39,20 @@ def tagged(unit):
     arr.unit = unit
     return arr"""
 NDITER = "return [float(v) for v in np.nditer(x)]"
+
+
+def documented(doc: str) -> str:
+    """An array project whose ``map_blocks`` layer is annotated with a cache version."""
+    return array_pipe(f"""
+        base = da.from_array(np.arange(60.0).reshape(30, 2), chunks=(10, 2))
+        with dask.annotate(cache_version="1"):
+            x = base.map_blocks(scale)
+    """, header=f"""
+
+def scale(block):
+    \"\"\"{doc}\"\"\"
+    return block * 2
+""")
 
 
 def value_case(name: str, before: str, after: str, body: str, header: str = PANDAS,
@@ -119,4 +134,9 @@ CASES: list[Case] = [
                "np.asfortranarray(np.arange(6.0).reshape(2, 3))", NDITER, header=""),
     value_case("reversed view vs its copy",
                "np.arange(6.0)[::-1].copy()", "np.arange(6.0)[::-1]", NDITER, header=""),
+    # 11. An annotated version stands for the code of an array layer's function: Dask's
+    # blockwise fusion drops the annotation from the layers it fuses.
+    Case("docstring edit under dask.annotate(cache_version) on map_blocks (11)",
+         {"pipe.py": documented("Doubles.")}, {"pipe.py": documented("Twice the block.")},
+         recompute=frozenset(), same_result=True),
 ]
