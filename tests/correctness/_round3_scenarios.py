@@ -1,4 +1,4 @@
-"""Scenario modules for issue 27 (cases 5 and 7), run by :mod:`tests.correctness._scenario`
+"""Scenario modules for issue 27 (case 5), run by :mod:`tests.correctness._scenario`
 in fresh processes. Each is the source of a module with ``run(compute, param)``: what a
 user does and then looks at. Test-side only: nothing here imports client_lib.
 """
