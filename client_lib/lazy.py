@@ -255,7 +255,8 @@ def _read_block(path: str, digests: tuple[str, ...], dtype_text: str, task_hash:
                                  else stored.astype(dtype, copy=False))
     grid = tuple(-(-n // c) for c, n in zip(array.chunks, array.shape, strict=True))
     index = int(np.ravel_multi_index(block_id, grid)) if block_id else 0
-    data = block.reshape(-1).view(np.uint8)  # (a memoryview refuses datetime dtypes)
+    # Bytes as storage hashed them: numpy exports no buffer of datetimes ('M', 'm').
+    data = block.reshape(-1).view(np.uint8)
     expected = digests[index]
     actual = (blake3.blake3(data).hexdigest() if len(expected) == 64
               else xxhash.xxh3_128_hexdigest(data))

@@ -3,8 +3,8 @@
 - :mod:`.encoder`: values to bytes, with :meth:`~.Encoder.sub_digest` for nested digests;
 - :mod:`.registry`: the open registry of value handlers (lazy per library; users add
   their own types with :func:`register`);
-- :mod:`.stdlib_values`, :mod:`.numpy_values`, :mod:`.pandas_values`, :mod:`.external`,
-  :mod:`.xarray_values`:
+- :mod:`.stdlib_values`, :mod:`.numpy_values`, :mod:`.pandas_values` (with
+  :mod:`.arrow_values`), :mod:`.external`, :mod:`.xarray_values`:
   the handlers, one small function per kind of value;
 - :mod:`.fingerprints`: functions, classes and modules by their code;
 - :mod:`.provenance`: library versions, local builds, compiled modules, file stamps;

@@ -100,7 +100,7 @@ class Encoder:
             complex: self._complex,
             str: self.write_str,
             bytes: self._bytes,
-            bytearray: self._bytes,
+            bytearray: self._bytearray,
             memoryview: self._memoryview,
             tuple: self._tuple,
             list: self._list,
@@ -296,8 +296,17 @@ class Encoder:
     def _bytes(self, obj: bytes | bytearray) -> None:
         self.write_buffer(b"b", bytes(obj) if len(obj) <= _INLINE_BYTES else obj)
 
+    def _bytearray(self, obj: bytearray) -> None:
+        self.write_buffer(b"y", bytes(obj) if len(obj) <= _INLINE_BYTES else obj)
+
     def _memoryview(self, obj: memoryview) -> None:
-        self.write_buffer(b"b", obj.cast("B") if obj.contiguous else obj.tobytes())
+        # What its elements are (a float32 view is not an int32 view of the same bytes),
+        # its shape, whether it can be written, and a layout other than C order.
+        self._out.append(b"v%s;%r%s" % (obj.format.encode("ascii", "replace"), obj.shape,
+                                        b"r" if obj.readonly else b"w"))
+        if not obj.c_contiguous:
+            self._out.append(b"%r" % (obj.strides,))
+        self.write_buffer(b"b", obj.cast("B") if obj.c_contiguous else obj.tobytes())
 
     def _slice(self, obj: slice) -> None:
         self._out.append(b"S")

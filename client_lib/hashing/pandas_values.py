@@ -1,8 +1,18 @@
 """Handlers for pandas frames, series, indexes and extension dtypes, registered the first
 time a pandas value is hashed (importing the hasher never imports pandas).
 
+Values are hashed by what they hold exactly, never through an equality that forgets
+something: numpy columns by their bytes, categoricals by their codes (the categories,
+with their types, are part of the dtype), masked columns (``Int64``, ``Float64``,
+``boolean``) by their values and their mask, Arrow columns by their buffers
+(:mod:`.arrow_values`), intervals by both ends, sparse columns by the stored values and
+where they sit. Object columns are hashed by pandas' row hash when every element is a
+string (or every one bytes), with the type of each element by position; otherwise
+element by element. A frame counts with its ``flags`` and ``attrs``.
+
 Only pandas' own classes are handled here: a subclass defined elsewhere may carry state
-these handlers do not know (``_metadata``), so it is encoded as any other object.
+these handlers do not know (``_metadata``), so it is encoded as any other object; so is
+an extension array of another library.
 """
 
 from __future__ import annotations
@@ -11,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .numpy_values import encode_dtype, encode_ndarray
+from .arrow_values import encode_arrow, path_like_strings
+from .numpy_values import encode_dtype, encode_elements
 from .registry import HANDLERS, library_types_only
 
 if TYPE_CHECKING:
@@ -22,11 +33,23 @@ __all__: list[str] = []
 
 def _register() -> None:
     import pandas as pd
+    from pandas.core.arrays.masked import BaseMaskedArray
 
     HANDLERS.register(pd.DataFrame)(_frame)
     HANDLERS.register(pd.Series)(_series)
     HANDLERS.register(pd.Index)(library_types_only("pandas")(_index))
     HANDLERS.register(pd.api.extensions.ExtensionDtype)(_extension_dtype)
+    arrays = pd.arrays
+    _ARRAYS.extend([
+        (arrays.Categorical, _categorical),
+        (BaseMaskedArray, _masked),
+        (arrays.ArrowExtensionArray, _arrow),
+        ((arrays.DatetimeArray, arrays.TimedeltaArray, arrays.PeriodArray),
+         lambda enc, arr: encode_elements(enc, arr._ndarray)),
+        (arrays.NumpyExtensionArray, lambda enc, arr: _numpy(enc, arr._ndarray)),
+        (arrays.IntervalArray, _intervals),
+        (arrays.SparseArray, _sparse),
+    ])
 
 
 @library_types_only("pandas")
@@ -38,6 +61,7 @@ def _frame(enc: Encoder, obj: Any) -> None:
     for i in range(obj.shape[1]):
         _values(enc, obj.iloc[:, i])
     enc.encode(dict(obj.attrs))
+    _flags(enc, obj)
 
 
 @library_types_only("pandas")
@@ -48,6 +72,13 @@ def _series(enc: Encoder, obj: Any) -> None:
     _index(enc, obj.index)
     _values(enc, obj)
     enc.encode(dict(obj.attrs))
+    _flags(enc, obj)
+
+
+def _flags(enc: Encoder, obj: Any) -> None:
+    # allows_duplicate_labels=False makes concat, reindex, ... raise on duplicates.
+    if not obj.flags.allows_duplicate_labels:
+        enc.write_raw(b"!dup")
 
 
 @library_types_only("pandas")
@@ -75,6 +106,7 @@ def _index(enc: Encoder, index: Any) -> None:
 
 
 def _values(enc: Encoder, values: Any) -> None:
+    """A Series' or Index's dtype, name and data, and the files its strings name."""
     import pandas as pd
 
     dtype = values.dtype
@@ -84,28 +116,95 @@ def _values(enc: Encoder, values: Any) -> None:
         enc.encode(dtype)
     if isinstance(values, pd.Series):
         enc.encode(values.name)
-    if isinstance(dtype, np.dtype) and dtype.kind in "biufcmM":
-        encode_ndarray(enc, np.asarray(values))
+    if isinstance(dtype, np.dtype):
+        _numpy(enc, np.asarray(values))
         return
-    if isinstance(dtype, np.dtype) and dtype.kind == "O":
-        inferred = pd.api.types.infer_dtype(values, skipna=False)
-        if inferred not in ("string", "bytes", "empty"):
-            # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
-            enc.encode(list(values))
-            return
-        # pandas' hash encodes b"x" and "x" alike: the element types are part of it.
-        enc.write_name(inferred)
-        enc.write_names(tuple(sorted(f"{t.__module__}.{t.__qualname__}"
-                                     for t in set(map(type, np.asarray(values))))))
-    try:
-        # pandas' own hash: deterministic (fixed siphash key), handles extension dtypes.
-        hashed = pd.util.hash_pandas_object(values, index=False, categorize=True)
-    except Exception:
-        enc.encode(list(values))
+    arr = values.array
+    if type(arr).__module__.partition(".")[0] == "pandas":
+        for classes, encode in _ARRAYS:
+            if isinstance(arr, classes):
+                encode(enc, arr)
+                break
+        else:
+            _unknown(enc, arr)
+    else:
+        _unknown(enc, arr)
+
+
+def _numpy(enc: Encoder, arr: np.ndarray) -> None:
+    """A column's numpy data: bytes, or an object column as :func:`_objects` does."""
+    if arr.dtype.kind == "O":
+        _objects(enc, arr)
+    else:
+        encode_elements(enc, arr)
+
+
+def _objects(enc: Encoder, arr: np.ndarray) -> None:
+    import pandas as pd
+
+    inferred = pd.api.types.infer_dtype(arr, skipna=False)
+    if inferred not in ("string", "bytes", "empty"):
+        # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
+        enc.encode(arr.tolist())
         return
-    encode_ndarray(enc, np.asarray(hashed))
-    if getattr(dtype, "kind", None) == "O" or pd.api.types.is_string_dtype(dtype):
-        enc.write_listed_paths(values.unique())  # pandas' own (arrow's for str columns)
+    # pandas' hash encodes b"x" and "x", np.str_("x") and "x" alike: the type of every
+    # element is part of it, by position.
+    enc.write_name(inferred)
+    types = list(map(type, arr))
+    names = sorted({f"{t.__module__}.{t.__qualname__}": t for t in types}.items())
+    enc.write_names(tuple(name for name, _ in names))
+    if len(names) > 1:
+        code = {t: i for i, (_, t) in enumerate(names)}
+        enc.write_buffer(b"b", np.fromiter(map(code.__getitem__, types), dtype=np.uint8,
+                                           count=len(types)).data)
+    # pandas' own row hash: deterministic (a fixed siphash key).
+    encode_elements(enc, pd.util.hash_array(arr, categorize=True))
+    enc.write_listed_paths(pd.unique(arr))
+
+
+# -- extension arrays: their data exactly (their dtype is written already) ----------------
+
+_ARRAYS: list[tuple[Any, Any]] = []  # (classes, encoder), filled by _register
+
+
+def _categorical(enc: Encoder, arr: Any) -> None:
+    encode_elements(enc, arr.codes)  # the categories, with their types, are the dtype's
+
+
+def _masked(enc: Encoder, arr: Any) -> None:
+    """``Int64``, ``Float64``, ``boolean``: values and mask; what sits under the mask is
+    never read, and left out (so equal arrays built in other ways hash equal)."""
+    data, mask = arr._data, arr._mask
+    if mask.any():
+        data = data.copy()
+        data[mask] = 0
+    encode_elements(enc, data)
+    encode_elements(enc, mask)
+
+
+def _arrow(enc: Encoder, arr: Any) -> None:
+    import pandas as pd
+
+    encode_arrow(enc, arr._pa_array)
+    if pd.api.types.is_string_dtype(arr.dtype):
+        enc.write_listed_paths(path_like_strings(arr._pa_array))
+
+
+def _intervals(enc: Encoder, arr: Any) -> None:
+    _values(enc, arr.left)
+    _values(enc, arr.right)
+
+
+def _sparse(enc: Encoder, arr: Any) -> None:
+    enc.write_raw(b"%d:" % len(arr))
+    enc.write_name(arr.kind)
+    encode_elements(enc, arr.sp_index.indices)
+    encode_elements(enc, arr.sp_values)
+
+
+def _unknown(enc: Encoder, arr: Any) -> None:
+    enc.write_raw(b"PE")
+    enc.encode(arr)  # another library's extension array: by its pickled state
 
 
 HANDLERS.register_lazy("pandas", _register)

@@ -1,6 +1,7 @@
 """Handlers for standard-library types that are not built-in containers or scalars:
 enums, modules, paths, UUIDs, decimals, fractions, dates, times (and pandas' subclasses:
-their unit and nanoseconds; zones by identity) and code objects."""
+their unit and nanoseconds; zones by identity) and code objects; ``random.Random``
+generators are volatile (every draw advances them)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import decimal
 import enum
 import fractions
 import pathlib
+import random
 import types
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -83,6 +85,13 @@ def _timedelta(enc: Encoder, obj: datetime.timedelta) -> None:
     if type(obj) is not datetime.timedelta:  # pandas' Timedelta: nanoseconds and unit
         enc.write_callable(type(obj))
         enc.encode((getattr(obj, "value", None), getattr(obj, "unit", None)))
+
+
+@HANDLERS.register(random.Random)
+def _random(enc: Encoder, obj: random.Random) -> None:
+    # Every draw advances it: what a task draws depends on the draws before.
+    raise VolatileValue(f"a random generator ({type(obj).__module__}."
+                        f"{type(obj).__qualname__}) is advanced by every draw from it")
 
 
 @HANDLERS.register(types.CodeType)

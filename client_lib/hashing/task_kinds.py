@@ -7,8 +7,9 @@ handles. docs/correctness.md, "Tasks that are not values".
   ``pure=False`` cannot be told apart from the default, so other tasks are cached by
   content. Only the task's own function counts (unwrapped through ``functools.partial``,
   ``toolz.curry``, ``__wrapped__``, bound methods and ``dask.delayed``): code that *calls*
-  ``time.perf_counter`` to time itself is still cached. A seeded generator's methods are
-  pure (its state is hashed); the global generators and unseeded constructors are not.
+  ``time.perf_counter`` to time itself is still cached. The global generators and
+  unseeded constructors are impure; so is any task that reaches a random generator
+  object, seeded or not (its draws advance it: :mod:`.numpy_values`, :mod:`.stdlib_values`).
 - **Side effects** (``da.store`` into a target, ``to_zarr``, ``to_parquet``, ``to_csv``,
   ``to_hdf``, ``to_json``, ``to_sql``, ``Bag.to_textfiles``, ``np.save``, pandas'
   writers, anything handed a file opened for writing, and the functions listed in

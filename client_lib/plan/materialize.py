@@ -6,6 +6,12 @@ and the finalisation tasks are exactly Dask's. ``unfuse`` then expands fused tas
 graph node per operation, so an intermediate shared by two branches is hashed (and can
 be cached) on its own however Dask happened to fuse each branch. docs/architecture.md,
 The task hash (Unfusing).
+
+Dask's optimisation drops the annotations of the layers it fuses (blockwise fusion of
+array and bag layers). The cache's own annotations (``cache``, ``cache_ttl``,
+``cache_version``) are read from the collections' layers before optimising and put back
+on the unfused tasks they were made for, by the key Dask gave each task inside the fused
+one; scheduling annotations are restored by :mod:`client_lib.annotations`.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from dask._task_spec import (
 from dask.base import collections_to_expr
 from dask.core import flatten
 
-__all__ = ["Materialized", "materialize", "paused_gc", "toposort", "unfuse"]
+__all__ = ["CACHE_ANNOTATIONS", "Materialized", "materialize", "paused_gc", "toposort",
+           "unfuse"]
 
 Key = Hashable
+CACHE_ANNOTATIONS = ("cache", "cache_ttl", "cache_version")
 
 
 @dataclass
@@ -44,6 +52,9 @@ class Materialized:
     origin: dict[Key, Key] = field(default_factory=dict)
     # The output keys per collection, nested as ``__dask_keys__`` (persist rebuilds from it).
     nested_keys: list[Any] = field(default_factory=list)
+    # The cache's own annotations of the unoptimised layers, by key (see the module
+    # docstring): ``unfuse`` puts them back.
+    layer_annotations: dict[Key, dict[str, Any]] = field(default_factory=dict)
 
     def annotation(self, name: str, key: Key, default: Any = None) -> Any:
         by_key = self.annotations.get(name)
@@ -102,7 +113,28 @@ def materialize(collections: list[Any], optimize_graph: bool = True,
     graph = expr.__dask_graph__()
     annotations = dict(expr.__dask_annotations__() or {})
     graph = convert_legacy_graph(dict(graph) if not isinstance(graph, dict) else graph)
-    return Materialized(graph=graph, keys=keys, annotations=annotations, nested_keys=nested)
+    return Materialized(graph=graph, keys=keys, annotations=annotations, nested_keys=nested,
+                        layer_annotations=_cache_annotations(collections) if optimize_graph
+                        else {})
+
+
+def _cache_annotations(collections: Iterable[Any]) -> dict[Key, dict[str, Any]]:
+    """The ``cache``, ``cache_ttl`` and ``cache_version`` annotations of the collections'
+    layers (high-level graphs: arrays, bags, delayed), by key, callables called with the
+    key as Dask does. Cheap without them: the layers are read, not their keys."""
+    found: dict[Key, dict[str, Any]] = {}
+    for collection in collections:
+        if type(collection).__module__.startswith("dask.dataframe"):
+            continue  # an expression: its graph exists only once optimised
+        graph = collection.__dask_graph__() if hasattr(collection, "__dask_graph__") else None
+        for layer in getattr(graph, "layers", {}).values():
+            given = getattr(layer, "annotations", None) or {}
+            own = {name: given[name] for name in CACHE_ANNOTATIONS if name in given}
+            if own:
+                for key in layer.get_output_keys():
+                    found[key] = {name: value(key) if callable(value) else value
+                                  for name, value in own.items()}
+    return found
 
 
 def _inner_name(outer: Key, inner: Key) -> Key:
@@ -124,13 +156,22 @@ def unfuse(m: Materialized) -> Materialized:
     """
     out: dict[Key, GraphNode] = {}
     origin: dict[Key, Key] = dict(m.origin)
+    dropped = m.layer_annotations
+    annotations = m.annotations
+    if dropped:
+        annotations = {name: dict(by_key) for name, by_key in annotations.items()}
     for key, node in m.graph.items():
-        _expand(key, node, out, origin)
-    return Materialized(graph=out, keys=m.keys, annotations=m.annotations, origin=origin,
+        _expand(key, node, out, origin, key, dropped, annotations)
+    return Materialized(graph=out, keys=m.keys, annotations=annotations, origin=origin,
                         nested_keys=m.nested_keys)
 
 
-def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:
+def _expand(key: Key, node: GraphNode, out: dict, origin: dict, dask_key: Key,
+            dropped: Mapping[Key, dict[str, Any]], annotations: dict) -> None:
+    """``dask_key``: the key Dask gave this node (its key inside a fused task)."""
+    if dropped:
+        for name, value in dropped.get(dask_key, {}).items():
+            annotations.setdefault(name, {}).setdefault(key, value)
     inner_task = _reuse_wrapped(node)
     if inner_task is not None:  # the task it wraps, under this key
         node = inner_task.substitute({}, key=key)
@@ -165,7 +206,7 @@ def _expand(key: Key, node: GraphNode, out: dict, origin: dict) -> None:
             new_node = inode.substitute(subs, key=new_key)
         if new_key != key:
             origin[new_key] = key
-        _expand(new_key, new_node, out, origin)
+        _expand(new_key, new_node, out, origin, ik, dropped, annotations)
 
 
 def _reuse_wrapped(node: GraphNode) -> Task | None:

@@ -9,6 +9,14 @@ the frame decoded from the Parquet bytes must have the same value digest as the 
 (the task hash's own notion of equality: type, every cell, dtypes, index, names, attrs).
 Otherwise the caller pickles the value; a lossy copy is never stored.
 
+What pyarrow rebuilds also depends on the *loading* process's pandas options (a
+``string[pyarrow]`` column comes back as ``string[python]`` under
+``mode.string_storage="python"``, a ``str`` column as ``object`` under
+``future.infer_string=False``). So the file also records the stored frame's dtypes (of
+every column, index level and column level) and its value digest; a load that differs
+is converted back to them and must then have that digest again, or it is refused (the
+task is recomputed, never served with other dtypes).
+
 pyarrow is imported only when a frame is encoded or decoded; without it frames are pickled.
 """
 
@@ -57,6 +65,8 @@ def encode_frame(value: Any) -> bytes | None:
             frame = value.to_frame(name=SERIES_COLUMN)
         else:
             meta, frame = {"series": False}, value
+        digest = value_digest(value)
+        meta.update(digest=digest.hex(), dtypes=_dtypes(frame))
         table = pa.Table.from_pandas(frame, preserve_index=None)
         metadata = dict(table.schema.metadata or {})
         metadata[_META_KEY] = json.dumps(meta).encode("utf-8")
@@ -64,7 +74,7 @@ def encode_frame(value: Any) -> bytes | None:
         pq.write_table(table.replace_schema_metadata(metadata), sink)
         body = sink.getvalue().to_pybytes()
         back = decode_frame(body)
-        if type(back) is not type(value) or value_digest(back) != value_digest(value):
+        if type(back) is not type(value) or value_digest(back) != digest:
             return None
         _assert_same_structure(back, value)
     except (VolatileValue, TypeError, ValueError, AssertionError, pa.ArrowException):
@@ -97,8 +107,81 @@ def decode_frame(body: Any) -> Any:
     table = pq.read_table(pa.BufferReader(pa.py_buffer(body)))
     meta = json.loads((table.schema.metadata or {}).get(_META_KEY, b"{}"))
     frame = table.to_pandas()
-    if not meta.get("series"):
-        return frame
-    series = frame[SERIES_COLUMN]
-    series.name = meta.get("name")
-    return series
+    stored = meta.get("dtypes")
+    restored = stored is not None and _dtypes(frame) != stored
+    if restored:
+        frame = _with_dtypes(frame, stored)
+    value = frame
+    if meta.get("series"):
+        value = frame[SERIES_COLUMN]
+        value.name = meta.get("name")
+    if restored and value_digest(value).hex() != meta.get("digest"):
+        raise ValueError("the frame read back under this process's pandas options differs "
+                         "from the stored one, and cannot be converted back exactly")
+    return value
+
+
+# -- dtypes that the loading process's pandas options change ------------------------------
+
+
+def _describe(dtype: Any) -> list:
+    """A dtype as JSON: exactly for string dtypes (storage, missing-value marker), by its
+    name otherwise (compared, never rebuilt)."""
+    import pandas as pd
+
+    if isinstance(dtype, pd.StringDtype):
+        return ["string", dtype.storage, dtype.na_value is not pd.NA]
+    return [str(dtype)]
+
+
+def _dtypes(frame: Any) -> dict[str, list]:
+    return {axis: [_describe(dtype) for dtype in dtypes] for axis, dtypes in (
+        ("columns", list(frame.dtypes)),
+        ("index", _level_dtypes(frame.index)),
+        ("labels", _level_dtypes(frame.columns)))}
+
+
+def _level_dtypes(index: Any) -> list:
+    return [level.dtype for level in index.levels] if hasattr(index, "levels") else [
+        index.dtype]
+
+
+def _rebuilt(described: list) -> Any:
+    """The dtype :func:`_describe` described, for string and object dtypes; else None."""
+    import numpy as np
+    import pandas as pd
+
+    if described[0] == "string":
+        _, storage, nan = described
+        return pd.StringDtype(storage, na_value=np.nan if nan else pd.NA)
+    return np.dtype(object) if described == ["object"] else None
+
+
+def _with_dtypes(frame: Any, stored: dict[str, list]) -> Any:
+    """``frame`` with the columns and index levels whose dtypes differ from ``stored``
+    converted to them, where they are string or object dtypes (others stay as read)."""
+    import pandas as pd
+
+    def converted(values: Any, described: list) -> Any:
+        dtype = _rebuilt(described)
+        return values if dtype is None or _describe(values.dtype) == described else (
+            values.astype(dtype))
+
+    def index(idx: Any, described: list[list]) -> Any:
+        if len(described) != (idx.nlevels if hasattr(idx, "levels") else 1):
+            return idx
+        if not isinstance(idx, pd.MultiIndex):
+            return converted(idx, described[0])
+        return pd.MultiIndex.from_arrays(
+            [converted(idx.get_level_values(i), d) for i, d in enumerate(described)],
+            names=idx.names)
+
+    frame = frame.copy(deep=False)
+    for i, described in enumerate(stored.get("columns", [])[:frame.shape[1]]):
+        column = frame.iloc[:, i]
+        fixed = converted(column, described)
+        if fixed is not column:
+            frame.isetitem(i, fixed)
+    frame.index = index(frame.index, stored.get("index", []))
+    frame.columns = index(frame.columns, stored.get("labels", []))
+    return frame

@@ -33,6 +33,7 @@ from typing import Any
 import dask
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import toolz
 
 GOLDEN = Path(__file__).with_name("golden_hashes.json")
@@ -86,6 +87,16 @@ class Lazy:
     @functools.cached_property
     def doubled(self) -> int:
         return self.k * 2
+
+
+class Tagged(np.ndarray):
+    """An ndarray subclass whose instances carry an attribute of their own."""
+
+
+def _tagged() -> Tagged:
+    arr = np.arange(3.0).view(Tagged)
+    arr.unit = "m"
+    return arr
 
 
 def _cyclic() -> list:
@@ -156,6 +167,19 @@ def values() -> dict[str, Any]:
         "categorical": pd.Series(["x", "y", "x"], dtype="category"),
         "datetime column": pd.Series(pd.date_range("2026-01-01", periods=4, freq="D")),
         "tz column": pd.Series(pd.date_range("2026-01-01", periods=3, tz="Europe/London")),
+        "nullable float column": pd.Series([0.0, -0.0, None], dtype="Float64"),
+        "arrow float column": pd.Series([1.5, None, -0.0], dtype=pd.ArrowDtype(pa.float64())),
+        "str column": pd.Series(["a", None, "b/c"], dtype="str"),
+        "interval column": pd.Series(pd.IntervalIndex.from_breaks([0.0, 1.0, 2.5])),
+        "sparse column": pd.Series(pd.arrays.SparseArray([0.0, 1.0, 0.0])),
+        "period column": pd.Series(pd.period_range("2026-01", periods=3, freq="M")),
+        "mixed categorical": pd.Series(pd.Categorical([1, "1", 1])),
+        "str_ elements": pd.Series([np.str_("a"), "b"], dtype=object),
+        "frame flags": pd.DataFrame({"a": [1]}).set_flags(allows_duplicate_labels=False),
+        "dtype with metadata": np.dtype("f8", metadata={"unit": "m"}),
+        "hard masked array": np.ma.masked_array([1, 2], mask=[0, 1], hard_mask=True),
+        "ndarray subclass": _tagged(), "reversed view": np.arange(6.0)[::-1],
+        "float32 memoryview": memoryview(np.arange(4, dtype=np.float32)),
         "range index": pd.RangeIndex(2, 20, 3), "index": pd.Index(["a", "b"], name="i"),
         "multiindex": pd.MultiIndex.from_tuples([(1, "a"), (2, "b")], names=["n", "s"]),
         "datetime index": pd.date_range("2026-01-01", periods=3, freq="h"),

@@ -54,6 +54,8 @@ EXACT = {
     "period and interval": pd.DataFrame({"p": pd.period_range("2024", periods=3, freq="M"),
                                          "i": pd.interval_range(0, 3)}),
     "empty": pd.DataFrame({"a": pd.Series([], dtype="float64")}),
+    # read back as a str column, converted back to the recorded object dtype
+    "object strings with NaN": pd.DataFrame({"s": ["a", np.nan]}, dtype=object),
 }
 
 INEXACT = {
@@ -63,7 +65,6 @@ INEXACT = {
     "mixed objects": pd.DataFrame({"m": [1, "a", 2.0]}),
     "index freq": pd.DataFrame({"v": [1, 2]}, index=pd.date_range("2024", periods=2,
                                                                    freq="D")),
-    "object strings with NaN": pd.DataFrame({"s": ["a", np.nan]}, dtype=object),
     "tuple name": pd.Series([1, 2], name=("a", 1)),
     "range level": pd.DataFrame({"v": range(4)},
                                 index=pd.MultiIndex.from_product([["a", "b"], range(2)])),
@@ -145,3 +146,29 @@ def test_corrupt_parquet_file_is_a_miss_and_recomputed(fresh_server):
     (again,) = cached_compute(task, cache=server.url, namespace=namespace)
     _strictly_equal(again, _scaled(_large_frame(2), 3.0))
     assert last_report().retried == [task_hashes(task, namespace=namespace)["scaled"]]
+
+
+def test_a_frame_read_back_otherwise_than_recorded_is_refused():
+    """A Parquet result records its frame's dtypes and value digest (issue 27, case 7): a
+    load under other pandas options is converted back to those dtypes, and one that still
+    differs from the stored frame is refused (``load_result`` then recomputes)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from client_lib.core.errors import CacheProtocolError
+    from client_lib.wire.frames import decode_frame, encode_frame
+
+    frame = pd.DataFrame({"s": pd.Series(["a", None] * 50, dtype="str")})
+    body = encode_frame(frame)
+    _strictly_equal(decode_frame(body), frame)
+    table = pq.read_table(pa.BufferReader(body))
+    meta = dict(table.schema.metadata)
+    ours = json.loads(meta[b"dask-result-cache"])
+    ours["dtypes"]["columns"] = [["object"]]  # as if stored from an object column
+    meta[b"dask-result-cache"] = json.dumps(ours).encode()
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(meta), sink)
+    with pytest.raises(CacheProtocolError, match="cannot be converted back exactly"):
+        codec.decode("parquet", "", "", sink.getvalue().to_pybytes())

@@ -105,6 +105,21 @@ def test_dataframes_reopen_from_their_result_or_their_partitions(cache_server):
     assert parts["c"].sum().compute() == expected["c"].sum()
 
 
+@pytest.mark.parametrize("dtype", ["M8[s]", "m8[ms]", "M8[ns]", "M8", "m8"])
+def test_datetime_arrays_reopen_over_their_zarr_store(cache_server, dtype):
+    """Issue 27, case 8: numpy exports no buffer of datetimes, so a chunk of one could
+    not be checked against its digest (``cannot include dtype 'M' in a buffer``)."""
+    ns = uuid.uuid4().hex
+    x = da.arange(200_000, chunks=50_000).astype(dtype)  # 1.6 MB: one Zarr array
+    (expected,) = cached_compute(x, cache=cache_server.url, namespace=ns)
+    lazy = open_cached(x, cache=cache_server.url, namespace=ns)
+    assert all(name.startswith("open-cached-") for name, *_ in lazy.__dask_keys__())
+    value = lazy.compute()
+    assert value.dtype == expected.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(value, expected)
+    np.testing.assert_array_equal(lazy[70_000:70_010].compute(), expected[70_000:70_010])
+
+
 def test_a_small_array_reopens_over_a_load(cache_server):
     ns = uuid.uuid4().hex
     small = da.arange(100, chunks=10) * 2

@@ -262,11 +262,14 @@ def test_well_known_impure_callables_are_volatile(func):
     assert task_hashes(wrapped) == {"t": None}
 
 
-def test_seeded_generators_stay_cacheable():
-    assert call_hash(np.random.default_rng(5).random, 3) is not None
-    assert call_hash(np.random.RandomState(5).random_sample, 3) is not None
-    assert call_hash(random.Random(5).random) is not None
-    assert call_hash(np.random.default_rng, 5) is not None
+def test_seeded_generators_are_volatile_and_seeding_is_not():
+    # A draw advances the generator: the next draw differs (issue 27, case 5).
+    assert call_hash(np.random.default_rng(5).random, 3) is None
+    assert call_hash(np.random.RandomState(5).random_sample, 3) is None
+    assert call_hash(random.Random(5).random) is None
+    assert call_hash(len, np.random.default_rng(5).bit_generator) is None
+    assert call_hash(np.random.default_rng, 5) is not None  # a new generator each time
+    assert call_hash(np.random.default_rng, np.random.SeedSequence(5)) is not None
     # Without a seed, the generator is seeded from the operating system's entropy.
     for unseeded in (np.random.default_rng, np.random.RandomState, random.Random):
         assert call_hash(unseeded) is None, unseeded

@@ -23,6 +23,7 @@ from tests.correctness._projects import (
     xarray_pipe,
 )
 from tests.correctness._round2_cases import CASES as SECOND_ROUND
+from tests.correctness._round3_cases import CASES as THIRD_ROUND
 
 __all__ = ["CASES", "LIBRARIES"]
 
@@ -445,6 +446,7 @@ CASES += [Case(f"helper edit through {api}", {"pipe.py": api_pipe(expr, 2)},
 
 
 CASES += SECOND_ROUND  # issue 10's value, version, path and IO cases
+CASES += THIRD_ROUND  # issue 27's value cases
 
 # xarray (issue 18): the input file, the function, the coordinates.
 XARRAY_OPEN = ("ds = xr.open_dataset(os.path.join(HERE, 'data.nc'), engine='h5netcdf', "

@@ -128,7 +128,7 @@ def run(compute, names):
 '''
 
 # 13. Well-known impure callables, a user's own listed in result-cache.volatile-functions,
-# and a seeded generator's method (pure: it stays cached).
+# and a seeded generator's method (volatile too: its draws advance it, issue 27).
 IMPURE = '''\
 import datetime
 import os

@@ -6,47 +6,14 @@ the same process, on every run.
 
 from __future__ import annotations
 
-import json
-import os
-import pickle
-import subprocess
-import sys
-import uuid
-from pathlib import Path
-from typing import Any
-
 import numpy as np
 import pytest
 
 from tests._compare import assert_same
 from tests.correctness import _round2_scenarios as scenarios
+from tests.correctness._fresh import namespace, run_scenario
 
 pytestmark = pytest.mark.slow  # fresh processes
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_scenario(server: Any, directory: Path, module: str, source: str, param: Any = None, *,
-                 namespace: str, config: dict | None = None, compare: bool = True,
-                 env: dict | None = None) -> dict:
-    """Run ``module`` (written to ``directory``) in a fresh process; see ``_scenario``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / f"{module}.py").write_text(source)
-    run_id = uuid.uuid4().hex
-    spec_path, out = directory / f"{run_id}.json", directory / f"{run_id}.pkl"
-    spec_path.write_text(json.dumps({
-        "url": server.url, "namespace": namespace, "dir": str(directory), "module": module,
-        "param": param, "dask": compare, "config": config or {}}))
-    subprocess.run([sys.executable, "-m", "tests.correctness._scenario", str(spec_path),
-                    str(out)], cwd=ROOT, check=True, timeout=600,
-                   env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})})
-    result = pickle.loads(out.read_bytes())
-    assert result["error"] is None, result["error"]
-    return result
-
-
-def namespace() -> str:
-    return f"round2-{uuid.uuid4().hex}"
 
 
 # -- 1. handles to external mutable state: a bag's disk shuffle ----------------------------
@@ -128,8 +95,10 @@ def test_impure_callables_are_never_served_from_the_cache(cache_server, tmp_path
     assert not np.array_equal(second["np.random.rand"], first["np.random.rand"])
     assert second["listed"] == "second"  # named in result-cache.volatile-functions
     assert "listed" in report["volatile_reasons"] or report["volatile"] >= len(impure) + 1
-    # A seeded generator's method is a pure function of its state: it stays cached.
-    assert "seeded" in report["loaded_keys"], report
+    # A seeded generator's method advances it: never served from the cache (issue 27,
+    # case 5); a fresh process draws what the last one drew first, as Dask does.
+    assert "seeded" in report["computed_keys"], report
+    assert "seeded" not in report["loaded_keys"], report
     np.testing.assert_array_equal(second["seeded"], first["seeded"])
 
 

@@ -1,0 +1,50 @@
+"""Scenario modules for issue 27 (case 5), run by :mod:`tests.correctness._scenario`
+in fresh processes. Each is the source of a module with ``run(compute, param)``: what a
+user does and then looks at. Test-side only: nothing here imports client_lib.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GENERATORS"]
+
+# 5. Tasks that draw from a random generator advance it: two computations in a row draw
+# two different values in plain Dask, on every run. Every generator is made inside
+# ``run``, so the cached run and Dask's start from the same state.
+GENERATORS = '''\
+import random
+
+import dask
+import dask.array as da
+import numpy as np
+
+RNG = None
+
+
+def draw(state):
+    return state.random_sample(2)
+
+
+def noisy(x):
+    return x + RNG.random()
+
+
+def twice(compute, make):
+    return [compute(make())[0] for _ in range(2)]
+
+
+def run(compute, _):
+    global RNG
+    rng = np.random.default_rng(7)
+    state = np.random.RandomState(7)
+    stdlib = random.Random(7)
+    RNG = np.random.default_rng(3)
+    choice = da.random.default_rng(5).choice(100, 6, chunks=3)
+    pair = compute(dask.delayed(draw, pure=False)(state), dask.delayed(draw, pure=False)(state))
+    return {
+        "Generator method": twice(compute, lambda: dask.delayed(rng.random)(3)),
+        "RandomState argument, pure=False": sorted(p.tolist() for p in pair),
+        "random.Random method": twice(compute, lambda: dask.delayed(stdlib.random)()),
+        "generator global of the task": twice(compute, lambda: dask.delayed(noisy)(1.0)),
+        "BitGenerator in da.random.choice": twice(compute, lambda: choice),
+    }
+'''
