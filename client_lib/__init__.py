@@ -23,6 +23,7 @@ from .persist import cached_persist
 from .plan.report import CacheReport, last_report
 from .planning import Plan, plan, visualize
 from .policy.modes import Candidate
+from .routing import disable, enable, enabled
 from .transport.client import CacheClient
 
 __all__ = [
@@ -44,6 +45,9 @@ __all__ = [
     "cache_version",
     "cached_compute",
     "cached_persist",
+    "disable",
+    "enable",
+    "enabled",
     "last_report",
     "open_cached",
     "plan",
@@ -51,3 +55,7 @@ __all__ = [
     "task_hashes",
     "visualize",
 ]
+
+from . import routing as _routing  # noqa: E402  (last: everything it routes to is loaded)
+
+_routing.enable_from_config()  # result-cache.enabled: Dask's entry points, no code change

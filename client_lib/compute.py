@@ -47,6 +47,7 @@ from .plan.materialize import Materialized, materialize, paused_gc, toposort, un
 from .plan.report import CacheReport, set_last_report
 from .plan.rewrite import cacheable_keys, rewrite
 from .plan.runs import RunReporter, reporting
+from .plan.scheduler_hook import SchedulerHook, plain_dask
 from .policy.modes import AutoPolicy, resolve_policy
 from .transport.client import CacheClient
 from .transport.direct import direct_read_mode
@@ -397,7 +398,9 @@ def _root_reasons(volatile: dict[Key, str]) -> list[str]:
 
 def _get_scheduler(scheduler: Any, collections: list) -> Callable:
     """``dask.base.get_scheduler``, without importing ``distributed`` when it cannot
-    matter: a process that never imported it has no client (the import costs ~0.3 s)."""
+    matter: a process that never imported it has no client (the import costs ~0.3 s).
+    While the cache is enabled (``client_lib.routing``), the scheduler Dask would have
+    chosen without the hook: the rewritten graph must not be routed again."""
     if "distributed" not in sys.modules and not dask.config.get("get", None):
         from dask.base import named_schedulers
 
@@ -408,7 +411,10 @@ def _get_scheduler(scheduler: Any, collections: list) -> Callable:
             defaults = {c.__dask_scheduler__ for c in collections if c is not None}
             if len(defaults) == 1:
                 return defaults.pop()
-    return get_scheduler(scheduler=scheduler, collections=collections)
+    schedule = get_scheduler(scheduler=scheduler, collections=collections)
+    if isinstance(schedule, SchedulerHook):
+        schedule = schedule.dask_choice(collections)
+    return schedule
 
 
 def _distributed_client(schedule: Callable) -> Any:
@@ -455,11 +461,12 @@ def _run(schedule: Callable, graph: dict[Key, GraphNode], m: Materialized,
     every key keeps its name. When the run returns futures (``sync=False`` on a
     cluster), it waits for the ``loads`` (a failed one raises here, not in a future)."""
     client = _distributed_client(schedule)
-    if client is not None:
-        from .plan.schedulers import submit, submit_checked
+    with plain_dask():  # the cache's own submission: never routed (client_lib.routing)
+        if client is not None:
+            from .plan.schedulers import submit, submit_checked
 
-        if kwargs.get("sync", True) is False and loads:
-            return submit_checked(client, graph, m.keys, loads, kwargs, m, pinned)
-        return submit(client, graph, m.keys, kwargs, m, keep_names=pinned)
-    return schedule(graph, m.keys, **kwargs)
+            if kwargs.get("sync", True) is False and loads:
+                return submit_checked(client, graph, m.keys, loads, kwargs, m, pinned)
+            return submit(client, graph, m.keys, kwargs, m, keep_names=pinned)
+        return schedule(graph, m.keys, **kwargs)
 

@@ -41,6 +41,7 @@ from .persist import cached_persist
 from .plan.known import external_keys, known_hashes, remember
 from .plan.report import CacheReport
 from .plan.runs import RunReporter, reporting
+from .plan.scheduler_hook import plain_dask
 from .policy.expiry import default_ttl, parse_ttl
 from .policy.modes import resolve_policy
 from .transport.client import CacheClient
@@ -118,6 +119,7 @@ class CachedClient:
 
     # -- futures -------------------------------------------------------------------------
 
+    @plain_dask()  # the wrapped client's submit is the cache's own here (client_lib.routing)
     def submit(self, func: Callable, *args: Any, key: Key | None = None,
                pure: bool = True, actor: bool = False, actors: bool = False,
                **kwargs: Any) -> Any:
@@ -141,6 +143,7 @@ class CachedClient:
         _report_when_done(reporter, [future])
         return future
 
+    @plain_dask()
     def map(self, func: Callable, *iterables: Iterable, key: str | list | None = None,
             pure: bool = True, batch_size: int | None = None, actor: bool = False,
             actors: bool = False, **kwargs: Any) -> list:

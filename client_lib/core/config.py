@@ -40,6 +40,9 @@ DEFAULTS = {
         "direct-read": "auto",
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "report-runs": True,  # send each run's summary to the server (its dashboard)
+        # Route dask.compute, .compute(), dask.persist and a distributed Client's compute,
+        # persist and get through the cache when client_lib is imported (client_lib.enable)
+        "enabled": False,
         "auto": {
             # The auto policy's conservative default for loads of a kind and size this
             # process has not loaded yet (client_lib/policy/speeds.py learns the real ones).

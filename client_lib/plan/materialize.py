@@ -34,8 +34,10 @@ from dask._task_spec import (
 from dask.base import collections_to_expr
 from dask.core import flatten
 
-__all__ = ["CACHE_ANNOTATIONS", "Materialized", "materialize", "paused_gc", "toposort",
-           "unfuse"]
+from .scheduler_hook import plain_dask
+
+__all__ = ["CACHE_ANNOTATIONS", "Materialized", "Prebuilt", "materialize", "paused_gc",
+           "toposort", "unfuse"]
 
 Key = Hashable
 CACHE_ANNOTATIONS = ("cache", "cache_ttl", "cache_version")
@@ -93,40 +95,110 @@ def _delayed_only(collections: Iterable[Any]) -> bool:
     return all(isinstance(c, Delayed) for c in collections)
 
 
+class Prebuilt:
+    """A computation Dask already built: the expression ``dask.compute`` hands its scheduler
+    (``FinalizeCompute(...).optimize()``) and the flat output keys it asks for.
+    :meth:`outputs` are collections for ``cached_compute``, one per key, that materialise
+    to exactly that graph (``client_lib.routing``: the scheduler hook starts where
+    ``dask.compute`` stopped)."""
+
+    def __init__(self, expr: Any, keys: list[Key]) -> None:
+        self.expr = expr
+        self.keys = keys
+
+    def outputs(self) -> list[PrebuiltOutput]:
+        return [PrebuiltOutput(self, i) for i in range(len(self.keys))]
+
+
+class PrebuiltOutput:
+    """Output ``index`` of a :class:`Prebuilt`: a dask collection only to
+    ``unpack_collections``; :func:`materialize` reads the expression instead."""
+
+    def __init__(self, prebuilt: Prebuilt, index: int) -> None:
+        self.prebuilt = prebuilt
+        self.index = index
+
+    def __dask_graph__(self) -> dict:
+        return {}  # not None: a collection; no layers: no annotations to restore
+
+    def __dask_tokenize__(self) -> tuple:
+        return ("result-cache-prebuilt", id(self.prebuilt), self.index)
+
+
 def materialize(collections: list[Any], optimize_graph: bool = True,
                 finalize: bool = True) -> Materialized:
     """The graph ``dask.compute(*collections)`` would run, converted to the task spec;
     with ``finalize=False`` the graph ``dask.persist`` would run (every output key of
-    every collection, no finalisation).
+    every collection, no finalisation). The outputs of one :class:`Prebuilt`, in order,
+    give its expression's graph as built (``optimize_graph`` was applied then).
 
     Delayed-only computations skip Dask's low-level optimisation (culling a wide delayed
     graph is quadratic); the rewrite culls anyway by walking back from the outputs.
+    Computations Dask starts meanwhile (a dataframe's optimisation may read statistics)
+    are not routed through the cache (:func:`~client_lib.plan.scheduler_hook.plain_dask`).
     """
     from dask._expr import FinalizeCompute
 
-    if _delayed_only(collections):
-        optimize_graph = False
-    expr = collections_to_expr(collections, optimize_graph)
-    expr = FinalizeCompute(expr).optimize() if finalize else expr.optimize()
+    with plain_dask():
+        prebuilt = _prebuilt(collections)
+        if prebuilt is not None:  # whether Dask optimised it or not, the layers tell
+            return _materialize_expr(prebuilt.expr,
+                                     _cache_annotations(_expression_graphs(prebuilt.expr)))
+        if _delayed_only(collections):
+            optimize_graph = False
+        expr = collections_to_expr(collections, optimize_graph)
+        expr = FinalizeCompute(expr).optimize() if finalize else expr.optimize()
+        graphs = [c.__dask_graph__() for c in collections if optimize_graph
+                  # a dataframe is an expression: its graph exists only once optimised
+                  and not type(c).__module__.startswith("dask.dataframe")
+                  and hasattr(c, "__dask_graph__")]
+        return _materialize_expr(expr, _cache_annotations(graphs))
+
+
+def _prebuilt(collections: list[Any]) -> Prebuilt | None:
+    if not collections or not isinstance(collections[0], PrebuiltOutput):
+        return None
+    prebuilt = collections[0].prebuilt
+    if [(c.prebuilt, c.index) if isinstance(c, PrebuiltOutput) else None
+            for c in collections] != [(prebuilt, i) for i in range(len(prebuilt.keys))]:
+        raise ValueError("the outputs of a prebuilt computation go together, in order")
+    return prebuilt
+
+
+def _materialize_expr(expr: Any, layer_annotations: dict[Key, dict[str, Any]]
+                      ) -> Materialized:
     nested = expr.__dask_keys__()
     keys = list(flatten(nested))
     graph = expr.__dask_graph__()
     annotations = dict(expr.__dask_annotations__() or {})
     graph = convert_legacy_graph(dict(graph) if not isinstance(graph, dict) else graph)
     return Materialized(graph=graph, keys=keys, annotations=annotations, nested_keys=nested,
-                        layer_annotations=_cache_annotations(collections) if optimize_graph
-                        else {})
+                        layer_annotations=layer_annotations)
 
 
-def _cache_annotations(collections: Iterable[Any]) -> dict[Key, dict[str, Any]]:
-    """The ``cache``, ``cache_ttl`` and ``cache_version`` annotations of the collections'
-    layers (high-level graphs: arrays, bags, delayed), by key, callables called with the
-    key as Dask does. Cheap without them: the layers are read, not their keys."""
+def _expression_graphs(expr: Any) -> list[Any]:
+    """The high-level graphs of the arrays, bags and delayed objects behind an expression
+    ``dask.compute`` built, unoptimised: each sits in an ``HLGExpr`` (or the finalising or
+    grouping expression around one) under the expression or its sequence."""
+    from dask.highlevelgraph import HighLevelGraph
+
+    graphs = []
+    for node in (expr, *getattr(expr, "operands", ())):
+        for _ in range(4):  # HLGFinalizeCompute holds the HLGExpr that holds the graph
+            if "dsk" not in getattr(type(node), "_parameters", ()):
+                break
+            node = node.operand("dsk")
+        if isinstance(node, HighLevelGraph):
+            graphs.append(node)
+    return graphs
+
+
+def _cache_annotations(graphs: Iterable[Any]) -> dict[Key, dict[str, Any]]:
+    """The ``cache``, ``cache_ttl`` and ``cache_version`` annotations of the layers of
+    high-level graphs (arrays, bags, delayed), by key, callables called with the key as
+    Dask does. Cheap without them: the layers are read, not their keys."""
     found: dict[Key, dict[str, Any]] = {}
-    for collection in collections:
-        if type(collection).__module__.startswith("dask.dataframe"):
-            continue  # an expression: its graph exists only once optimised
-        graph = collection.__dask_graph__() if hasattr(collection, "__dask_graph__") else None
+    for graph in graphs:
         for layer in getattr(graph, "layers", {}).values():
             given = getattr(layer, "annotations", None) or {}
             own = {name: given[name] for name in CACHE_ANNOTATIONS if name in given}

@@ -6,7 +6,8 @@ and cache reports, so tests can run the corpus cold and warm in fresh processes:
     python -m tests.client._corpus URL NAMESPACE OUT.pkl [--scheduler threads] [--h5 PATH]
 
 (``--scheduler``: a named Dask scheduler, ``local-cluster``, or ``ray`` for the Ray
-cluster at ``RAY_ADDRESS``.)
+cluster at ``RAY_ADDRESS``. ``--routed``: through ``dask.compute`` with ``client_lib.enable``
+instead, on the collections' default scheduler or the cluster's default client.)
 
 The IO entries read files next to the HDF5 file (``_corpus_values.write_inputs``).
 """
@@ -420,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     # faster than they load), so a warm run loads every output: the corpus is about values;
     # the policy has its own tests (tests/client/test_policy.py, test_load_speeds.py).
     parser.add_argument("--policy", default="outputs")
+    parser.add_argument("--routed", action="store_true")
     args = parser.parse_args(argv)
     ctx = {"h5": args.h5}
     scheduler: object = args.scheduler
@@ -436,10 +438,18 @@ def main(argv: list[str] | None = None) -> int:
         client = Client(LocalCluster(n_workers=2, threads_per_worker=1,
                                      dashboard_address=":0"))
         scheduler = client
+    if args.routed:
+        import client_lib
+
+        client_lib.enable(cache=args.url, namespace=args.namespace, policy=args.policy)
     results = {}
     for name in args.only or CORPUS:
-        (value,) = cached_compute(build(name, ctx), cache=args.url, namespace=args.namespace,
-                                  scheduler=scheduler, policy=args.policy)
+        if args.routed:
+            (value,) = dask.compute(build(name, ctx))
+        else:
+            (value,) = cached_compute(build(name, ctx), cache=args.url,
+                                      namespace=args.namespace, scheduler=scheduler,
+                                      policy=args.policy)
         report = last_report()
         results[name] = (value, {
             "tasks": report.tasks, "hits": report.hits, "loaded": report.loaded,

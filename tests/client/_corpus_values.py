@@ -41,6 +41,18 @@ def _dir(ctx: dict) -> str:
     return ctx.get("data") or os.path.dirname(ctx["h5"])
 
 
+def write_corpus_files(directory: str | os.PathLike) -> str:
+    """The corpus's HDF5 file (``ctx["h5"]``, returned) and the IO entries' inputs beside
+    it, in ``directory``."""
+    import h5py
+
+    path = os.path.join(os.fspath(directory), "corpus.h5")
+    with h5py.File(path, "w") as f:
+        f["data"] = np.arange(200.0).reshape(20, 10)
+    write_inputs(directory)
+    return path
+
+
 def write_inputs(directory: str | os.PathLike) -> None:
     """The input files of the IO entries, in ``directory`` (the HDF5 file's)."""
     import zarr
