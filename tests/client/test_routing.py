@@ -243,7 +243,7 @@ def test_config_enabled_turns_it_on_and_a_bad_value_warns(cache_server):
     assert dask.config.get("scheduler", None) is None
     with dask.config.set({"result-cache.enabled": 1, "result-cache.url": cache_server.url}):
         enable_from_config()
-        assert type(dask.config.get("scheduler")).__name__ == "_Router"
+        assert type(dask.config.get("scheduler")).__name__ == "Router"
         _array().sum().compute()
         assert last_report().cache_url == cache_server.url
 
@@ -315,7 +315,7 @@ def test_each_entry_point_on_a_local_cluster_loads_in_a_second_process(cluster_r
 def test_workers_that_preload_client_lib_route_too_and_never_twice(cluster_runs):
     # Workers enabled the cache themselves (their loads and stores call no entry point),
     # and every run above made one lookup and loaded what the first process stored.
-    assert cluster_runs[0]["workers"] == ["_Router", "_Router"]
+    assert cluster_runs[0]["workers"] == ["Router", "Router"]
 
 
 @pytest.mark.slow
