@@ -73,6 +73,7 @@ def enable(**options: Any) -> None:
     global _state
     with _lock:
         disable()
+        _drop_stale_router()
         previous = dask.config.get("scheduler", None)
         hook = Router(previous)
         state = _Enabled(dict(options), hook, dask.config.set(scheduler=hook))
@@ -96,6 +97,7 @@ def disable() -> None:
         routed.deactivate()
         if dask.config.get("scheduler", None) is state.hook:
             state.scheduler_set.__exit__(None, None, None)
+        _drop_stale_router()
         _remove_preload(state)
         routed.unwrap_client()
 
@@ -150,6 +152,19 @@ def dask_setup(server: Any) -> None:
         if _flag(setting("enabled")) and (
                 _state is None or dask.config.get("scheduler", None) is not _state.hook):
             enable(**(_state.options if _state is not None else {}))
+
+
+def _drop_stale_router() -> None:
+    """A router of an earlier :func:`enable` in the ``scheduler`` config (a config block
+    entered while it was there puts it back when it ends): the value it replaced instead,
+    or none."""
+    current = dask.config.get("scheduler", None)
+    if not isinstance(current, Router) or (_state is not None and current is _state.hook):
+        return
+    if current.previous is None:
+        dask.config.config.pop("scheduler", None)  # as dask.config.set's own exit does
+    else:
+        dask.config.set(scheduler=current.previous)
 
 
 def _add_preload() -> dask.config.set:

@@ -53,6 +53,8 @@ class SchedulerHook:
     """
 
     def __init__(self, previous: Any) -> None:
+        while isinstance(previous, SchedulerHook):  # an earlier hook is never the choice
+            previous = previous.previous
         self.previous = previous
 
     def __reduce__(self) -> tuple:

@@ -107,6 +107,31 @@ def test_routed_calls_return_what_dask_returns(cache_server):
     assert dask.compute(nested, traverse=False) == (nested,)
 
 
+def test_the_caches_annotations_hold_on_routed_calls_as_on_cached_compute(cache_server):
+    """``dask.annotate(cache=False)`` on an array or bag layer: Dask's fusion drops it, the
+    cache reads it from the layers the expression still holds (issue 27, case 11)."""
+    import dask.bag as db
+
+    with dask.annotate(cache=False):
+        y = da.ones((30, 30), chunks=10).map_blocks(inc)
+        bag = db.from_sequence(range(4), npartitions=2).map(inc)
+    ns = uuid.uuid4().hex
+    expected = []
+    for x in ((y + 1).sum(), bag.sum()):
+        cached_compute(x, cache=cache_server.url, namespace=ns, scheduler="threads")
+        expected.append((last_report().tasks, last_report().volatile))
+    client_lib.enable(cache=cache_server.url, namespace=ns)
+    assert (y + 1).sum().compute() == 2700.0
+    assert (last_report().tasks, last_report().volatile) == expected[0]
+    client_lib.disable()
+    with dask.config.set(scheduler="threads"):  # a scheduler configured before enable
+        client_lib.enable(cache=cache_server.url, namespace=ns)
+        assert bag.sum().compute() == 10
+        client_lib.disable()
+    assert (last_report().tasks, last_report().volatile) == expected[1]
+    assert expected[0][1] > 0 and expected[1][1] == expected[1][0]
+
+
 def test_explain_and_last_report_work_for_routed_calls(cache_server, capsys):
     ns = uuid.uuid4().hex
     client_lib.enable(cache=cache_server.url, namespace=ns, explain=True)
@@ -129,6 +154,22 @@ def test_enabled_nests_and_restores_what_was_before(cache_server):
     report = last_report()
     x.compute()
     assert last_report() is report
+
+
+def test_a_router_a_config_block_puts_back_routes_nothing_and_is_cleaned_up(cache_server):
+    config = copy.deepcopy(dask.config.config)
+    client_lib.enable(cache=cache_server.url, namespace=uuid.uuid4().hex)
+    with dask.config.set(scheduler="sync"):  # remembers the router, puts it back at its end
+        client_lib.enable(cache=cache_server.url, namespace=uuid.uuid4().hex)
+        client_lib.disable()
+    assert type(dask.config.get("scheduler")).__name__ == "Router"
+    report = last_report()
+    assert _array().sum().compute() == 820.0 and last_report() is report  # plain Dask
+    client_lib.enable(cache=cache_server.url, namespace=uuid.uuid4().hex)
+    assert _array().sum().compute() == 820.0 and last_report() is not report
+    assert last_report().fallback is None  # ran on the threads, not through a router
+    client_lib.disable()
+    assert dask.config.config == config
 
 
 def test_the_options_default_to_the_result_cache_config(cache_server):
