@@ -56,6 +56,8 @@ async def open_cache(
             prefix=settings.redis_prefix,
             events_maxlen=settings.events_maxlen,
             eviction_half_life=settings.eviction_half_life,
+            min_replicas=settings.redis_min_replicas,
+            replica_timeout=settings.redis_replica_timeout,
         )
         yield ResultCache(
             index,

@@ -9,9 +9,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cache_server.index.client import parse_redis_url
 from client_lib.wire.bounds import LEASE_BATCH
 from storage import storage_url_problem
 
@@ -42,10 +43,17 @@ def parse_size(value: Any) -> Any:
 ByteSize = Annotated[int | None, BeforeValidator(parse_size)]
 
 
+def _blank_is_none(value: Any) -> Any:
+    """An empty environment variable means "not set"."""
+    return None if isinstance(value, str) and not value.strip() else value
+
+
 class Settings(BaseSettings):
     """How one cache server runs. Keyword arguments override the environment."""
 
-    model_config = SettingsConfigDict(env_prefix="RESULT_CACHE_", extra="ignore")
+    # Inputs stay out of error messages: a Redis URL or a token may hold a secret.
+    model_config = SettingsConfigDict(env_prefix="RESULT_CACHE_", extra="ignore",
+                                      hide_input_in_errors=True)
 
     @field_validator("storage_url")
     @classmethod
@@ -61,12 +69,42 @@ class Settings(BaseSettings):
         """The storage URL in effect."""
         return self.storage_url or (self.data_dir.resolve() / "objects").as_uri()
 
+    @field_validator("redis_url")
+    @classmethod
+    def _known_redis(cls, url: str | None) -> str | None:
+        if url is None or not url.strip():
+            return None
+        parse_redis_url(url.strip())  # ValueError: what is wrong with it
+        return url.strip()
+
+    @model_validator(mode="after")
+    def _cluster_prefix(self) -> Settings:
+        if self.redis_url and parse_redis_url(self.redis_url).kind == "cluster" and (
+                "{" in self.redis_prefix or "}" in self.redis_prefix):
+            raise ValueError(f"redis_prefix {self.redis_prefix!r}: a Redis Cluster's key "
+                             "prefix must not contain braces (they name hash slots)")
+        return self
+
     redis_url: str | None = Field(
         default=None,
-        description="Redis to use; None starts an embedded redis-server in data_dir/redis",
+        description="Redis to use: redis://host:port/db (rediss:// for TLS, unix:///path), "
+        "redis+sentinel://host:port,host:port,.../<master> (the primary Sentinel names, "
+        "found again after a failover), redis+cluster://host:port,... (a Redis Cluster: "
+        "the index sharded over its masters); None starts an embedded redis-server in "
+        "data_dir/redis",
     )
     redis_prefix: str = Field(
         default="rc:", description="prefix of every Redis key (lets servers share one Redis)"
+    )
+    redis_min_replicas: Annotated[int | None, BeforeValidator(_blank_is_none)] = Field(
+        default=None, ge=0,
+        description="replicas a store waits for (Redis WAIT) before it is acknowledged; "
+        "None: one when the primary has replicas, none otherwise; 0: never wait",
+    )
+    redis_replica_timeout: float = Field(
+        default=1.0, gt=0,
+        description="seconds a store waits for its replicas; beyond, it is answered 503 "
+        "with Retry-After (the entry stays on the primary; a retry waits again)",
     )
     data_dir: Path = Field(
         default=Path(".dask-result-cache"), description="objects, and the embedded Redis"

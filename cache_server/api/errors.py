@@ -10,10 +10,12 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import ClientDisconnect
 
+from cache_server.index.durability import NotReplicated
 from cache_server.service.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -84,8 +86,19 @@ STATUS: dict[type[Exception], int] = {
     CorruptObject: 400,
     RedisConnectionError: 503,
     RedisTimeoutError: 503,
+    # Failing over (Sentinel, Cluster): a primary gone, demoted, or its slots moving.
+    ClusterDownError: 503,
+    TryAgainError: 503,
+    AskError: 503,
+    ReadOnlyError: 503,
+    NotReplicated: 503,
     ClientDisconnect: 400,
 }
+
+#: The index's outages: answered 503 with ``Retry-After`` (the server reconnects by itself).
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAgainError,
+                AskError, ReadOnlyError, NotReplicated, IndexUnavailable)
+_RETRY_AFTER_OUTAGE = "1"
 
 
 def status_of(exc: BaseException) -> int:
@@ -99,6 +112,8 @@ def status_of(exc: BaseException) -> int:
 def _message(exc: Exception) -> str:
     if isinstance(exc, RedisConnectionError | RedisTimeoutError):
         return f"the index (Redis) is unreachable: {exc}"
+    if isinstance(exc, _UNAVAILABLE) and not isinstance(exc, IndexUnavailable):
+        return f"the index (Redis) is failing over or not replicating: {exc}"
     if isinstance(exc, ClientDisconnect):
         return "client disconnected"
     return str(exc)
@@ -111,6 +126,8 @@ async def answer_error(request: Request, exc: Exception) -> JSONResponse:
         response.headers.update(exc.headers or {})
     if isinstance(exc, Busy):
         response.headers["Retry-After"] = str(exc.retry_after)
+    elif isinstance(exc, _UNAVAILABLE):
+        response.headers["Retry-After"] = _RETRY_AFTER_OUTAGE
     return response
 
 

@@ -1,6 +1,7 @@
 """Leases: which run is computing a task hash right now (docs/protocol.md, "Leases").
 
-All leases of a cache are fields of one Redis hash, ``<prefix>leases``: field ``<hash>``,
+All leases of a cache are fields of one Redis hash, ``<prefix>leases`` (in a Redis Cluster,
+one per shard, beside the shard's entries: :mod:`.keyspace`): field ``<hash>``,
 value ``<deadline ms> <holder>`` or ``<deadline ms> <holder> <estimate seconds>``. A field
 whose deadline (Redis's clock, ``TIME``) has passed is free: every script treats it as
 absent, and :meth:`LeaseStore.sweep` deletes such fields (the server runs it under the
@@ -18,11 +19,14 @@ Redis asks.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from redis.asyncio import Redis
+from cache_server.index.keyspace import Shard
+from cache_server.index.topology import Topology
 
 __all__ = ["LeaseStatus", "LeaseStore"]
 
@@ -178,6 +182,13 @@ end
 return {page[1], #gone}
 """
 
+# KEYS: leases hash. ARGV: the hash. Answers {its lease or nil, Redis's TIME}: a lease's
+# deadline is Redis's clock, read on the node that holds it.
+_STATUS = """
+local t = redis.call('TIME')
+return {redis.call('HGET', KEYS[1], ARGV[1]), t[1], t[2]}
+"""
+
 #: Fields per sweep call: each call is short, so leasing is never held up behind a sweep.
 _SWEEP_PAGE = 1000
 
@@ -190,19 +201,34 @@ class LeaseStatus:
 
 
 class LeaseStore:
-    """Leases in the index's Redis under ``prefix``. Coroutine safe; many servers may share
-    one Redis (every operation is one atomic script)."""
+    """Leases in the index's Redis (in a Cluster, each shard's leases beside its entries,
+    one script per shard). Coroutine safe; many servers may share one Redis (every
+    operation is one atomic script per shard)."""
 
-    def __init__(self, redis: Redis, prefix: str) -> None:
-        self.redis = redis
-        self.prefix = prefix
-        self.key = f"{prefix}leases"
-        self._members = f"{prefix}members"
-        self._expires = f"{prefix}expires"
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.keys = topology.keys
+        redis = topology.redis
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
         self._sweep = redis.register_script(_SWEEP)
+        self._status = redis.register_script(_STATUS)
+
+    @staticmethod
+    def _keys(shard: Shard) -> list[str]:
+        return [shard.members, shard.expires, shard.leases]
+
+    async def _per_shard(self, hashes: Sequence[str], call: Callable[[Shard, list[str]],
+                         Awaitable[Any]]) -> list[tuple[list[str], Any]]:
+        """``call(shard, its hashes)`` for every shard ``hashes`` fall in, all at once:
+        (its hashes, its answer) in shard order."""
+        if not self.keys.sharded:
+            return [(list(hashes), await call(self.keys.shards[0], list(hashes)))]
+        groups = [(shard, [hashes[i] for i in positions])
+                  for shard, positions in self.keys.group(hashes)]
+        answers = await asyncio.gather(*(call(shard, part) for shard, part in groups))
+        return [(part, answer) for (_, part), answer in zip(groups, answers, strict=True)]
 
     async def acquire(self, hashes: Sequence[str], holder: str,
                       ttl: float) -> tuple[list[str], list[str], list[str]]:
@@ -210,11 +236,11 @@ class LeaseStore:
         (the service makes sure)."""
         if not hashes:
             return [], [], []
-        keys = [self._members, self._expires, self.key]
-        args = [holder, _ms(ttl), repr(time.time()), *hashes]
-        answer = str(await self._acquire(keys=keys, args=args))
+        head = [holder, _ms(ttl), repr(time.time())]
+        answers = await self._per_shard(hashes, lambda shard, part: self._acquire(
+            keys=self._keys(shard), args=[*head, *part]))
         out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
-        for task_hash, flag in zip(hashes, answer, strict=True):
+        for task_hash, flag in _in_order(hashes, answers):
             out[flag].append(task_hash)
         return out["0"], out["1"], out["2"]
 
@@ -223,30 +249,36 @@ class LeaseStore:
         """(renewed, lost), each in request order."""
         if not hashes:
             return [], []
-        args: list[str] = [holder, _ms(ttl), repr(time.time())]
-        for task_hash in hashes:
-            estimate = estimates.get(task_hash)
-            args += [task_hash, "" if estimate is None else repr(float(estimate))]
-        keys = [self._members, self._expires, self.key]
-        answer = str(await self._renew(keys=keys, args=args))
-        renewed = [h for h, flag in zip(hashes, answer, strict=True) if flag == "1"]
-        lost = [h for h, flag in zip(hashes, answer, strict=True) if flag == "0"]
+        head = [holder, _ms(ttl), repr(time.time())]
+
+        def args(part: list[str]) -> list[str]:
+            out = list(head)
+            for task_hash in part:
+                estimate = estimates.get(task_hash)
+                out += [task_hash, "" if estimate is None else repr(float(estimate))]
+            return out
+
+        answers = await self._per_shard(hashes, lambda shard, part: self._renew(
+            keys=self._keys(shard), args=args(part)))
+        flags = list(_in_order(hashes, answers))
+        renewed = [h for h, flag in flags if flag == "1"]
+        lost = [h for h, flag in flags if flag == "0"]
         return renewed, lost
 
     async def release(self, hashes: Sequence[str], holder: str) -> int:
         if not hashes:
             return 0
-        return int(await self._release(keys=[self.key], args=[holder, *hashes]))
+        answers = await self._per_shard(hashes, lambda shard, part: self._release(
+            keys=[shard.leases], args=[holder, *part]))
+        return sum(int(answer) for _, answer in answers)
 
     async def status(self, task_hash: str) -> LeaseStatus:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.key, task_hash)
-            pipe.time()
-            value, (seconds, micros) = await pipe.execute()
+        shard = self.keys.shard_of(task_hash)
+        value, seconds, micros = await self._status(keys=[shard.leases], args=[task_hash])
         if value is None:
             return LeaseStatus(False, None, None)
         deadline, _, rest = str(value).partition(" ")
-        left = (int(deadline) - (seconds * 1000 + micros // 1000)) / 1000
+        left = (int(deadline) - (int(seconds) * 1000 + int(micros) // 1000)) / 1000
         if left <= 0:
             return LeaseStatus(False, None, None)  # expired: free, not swept yet
         _, _, estimate = rest.partition(" ")
@@ -255,17 +287,44 @@ class LeaseStore:
     async def drop(self, *task_hashes: str) -> None:
         """Forget the leases of hashes that are now stored (whoever held them)."""
         if task_hashes:
-            await self.redis.hdel(self.key, *task_hashes)
+            await self.topology.per_shard(
+                [(shard, lambda pipe, shard=shard, positions=positions: pipe.hdel(
+                    shard.leases, *(task_hashes[i] for i in positions)))
+                 for shard, positions in self.keys.group(task_hashes)])
+
+    async def recorded(self) -> list[str]:
+        """Every hash with a lease field: live, or expired and not swept yet (for tests and
+        diagnostics: it reads every shard's whole hash)."""
+        answers = await self.topology.per_shard(
+            [(shard, lambda pipe, shard=shard: pipe.hkeys(shard.leases))
+             for shard in self.keys.shards])
+        return [str(h) for (part,) in answers for h in part]
 
     async def sweep(self) -> int:
-        """Delete every expired lease (one short script per page of the hash); answers how
-        many. Leases taken meanwhile are untouched: each page is checked atomically."""
-        cursor, removed = "0", 0
-        while True:
-            cursor, gone = await self._sweep(keys=[self.key], args=[cursor, _SWEEP_PAGE])
-            removed += int(gone)
-            if str(cursor) == "0":
-                return removed
+        """Delete every expired lease (one short script per page of each shard's hash);
+        answers how many. Leases taken meanwhile are untouched: each page is checked
+        atomically."""
+        removed = 0
+        for shard in self.keys.shards:
+            cursor = "0"
+            while True:
+                cursor, gone = await self._sweep(keys=[shard.leases],
+                                                 args=[cursor, _SWEEP_PAGE])
+                removed += int(gone)
+                if str(cursor) == "0":
+                    break
+        return removed
+
+
+def _in_order(hashes: Sequence[str], answers: list[tuple[list[str], Any]]
+              ) -> Iterable[tuple[str, str]]:
+    """(hash, its digit) in request order, from the shards' answers (one digit per hash)."""
+    if len(answers) == 1:
+        part, answer = answers[0]
+        return zip(part, str(answer), strict=True)
+    flags = {h: flag for part, answer in answers
+             for h, flag in zip(part, str(answer), strict=True)}
+    return ((h, flags[h]) for h in hashes)
 
 
 def _ms(seconds: float) -> str:

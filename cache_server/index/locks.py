@@ -20,8 +20,10 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
+
+from cache_server.index.client import IndexRedis
+from cache_server.index.keyspace import Keyspace
 
 __all__ = ["LockBusy", "ReadMarks", "RedisLock", "ReplicaRegistry"]
 
@@ -63,7 +65,7 @@ class RedisLock:
     of ``ttl``. Coroutine-safe; one instance per key and use.
     """
 
-    def __init__(self, redis: Redis, key: str, ttl: float = 30.0) -> None:
+    def __init__(self, redis: IndexRedis, key: str, ttl: float = 30.0) -> None:
         self.redis = redis
         self.key = key
         self.ttl_ms = int(ttl * 1000)
@@ -107,19 +109,19 @@ class ReadMarks:
 
     ``lock_key(digest)`` names the digest's :class:`RedisLock`; a reader waits while it is
     held (a removal or a store in progress) and then marks itself for ``ttl`` seconds
-    (renewed while it reads).
+    (renewed while it reads). The two keys share a slot (:meth:`.Keyspace.read_marks`).
     """
 
-    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+    def __init__(self, redis: IndexRedis, keys: Keyspace, ttl: float = 30.0) -> None:
         self.redis = redis
-        self.prefix = prefix
+        self.keys = keys
         self.ttl_ms = int(ttl * 1000)
 
     def lock_key(self, digest: str) -> str:
-        return f"{self.prefix}dlock:{digest}"
+        return self.keys.digest_lock(digest)
 
     def marks_key(self, digest: str) -> str:
-        return f"{self.prefix}reading:{digest}"
+        return self.keys.read_marks(digest)
 
     @asynccontextmanager
     async def reading(self, digest: str) -> AsyncIterator[None]:
@@ -160,7 +162,7 @@ class ReplicaRegistry:
     registration from this host whose process is gone (killed, then restarted) is stale at
     once, not only after ``ttl``."""
 
-    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+    def __init__(self, redis: IndexRedis, prefix: str, ttl: float = 30.0) -> None:
         self.redis = redis
         self.key = f"{prefix}replicas"
         self.ttl = ttl

@@ -1,13 +1,14 @@
 """The Redis index: task hash -> manifest, with the access order, pins, hit counts, byte
-totals and expiries kept beside it.
+totals and expiries kept beside it. :class:`RedisIndex` writes; its reads are
+:class:`~.queries.IndexReads`.
 
-Over 400 lines on purpose: every key of the index and every transaction over them stays in
-this one class, so no write can forget a key another one maintains. The ``stats`` counters
-and the ``events`` stream belong to :mod:`.telemetry`: this class's transactions count and
-record into them atomically with the entry they change; lookups are counted per replica and
-flushed there.
+Every transaction over the index's keys stays in this one class, so no write can forget a
+key another one maintains. The ``stats`` counters and the ``events`` stream belong to
+:mod:`.telemetry`: this class's transactions count and record into them atomically with the
+entry they change; lookups are counted per replica and flushed there.
 
-Keys (all under ``prefix``, default ``rc:``)::
+Keys (all under ``prefix``, default ``rc:``; in a Redis Cluster, each shard has its own set
+of them: :mod:`.keyspace`)::
 
     m:<hash>        STRING  manifest JSON (immutable fields; MGET-able)
     members         SET     every indexed hash: one SMISMEMBER answers a whole lookup
@@ -22,6 +23,7 @@ Keys (all under ``prefix``, default ``rc:``)::
     leases          HASH    hash -> deadline, holder, estimate: who computes it now (:mod:`.leases`)
     stats           HASH    the counters, with ``bytes`` and ``stored_bytes`` (:mod:`.telemetry`)
     events          STREAM  recent events (:mod:`.telemetry`)
+    durable         STRING  written before each ``WAIT`` for replicas (:mod:`.durability`)
 
 ``bytes`` sums ``nbytes`` over entries; ``stored_bytes`` sums it over distinct objects (a
 digest counts from its first reference to the removal of its last): that is what the size
@@ -29,22 +31,35 @@ cap limits. Multi-key writes run in MULTI/EXEC transactions (with WATCH where th
 a read), so a crash never leaves a half-indexed entry or a wrong byte count. Safe for
 concurrent use by many tasks and many server processes sharing one Redis
 (:func:`~cache_server.index.transactions.watched` retries a transaction whose reads changed).
+
+In a Redis Cluster a transaction holds the keys of one shard. An entry's keys, and the
+``refs`` of the digests its shard's entries name, are in its shard; whether a digest is
+referenced *elsewhere* (its first reference, its last) is read from the other shards inside
+the transaction, before its ``EXEC``. That read is exact while nobody else adds or removes a
+reference to the same digest meanwhile, which the service makes sure of: it holds the
+digest's lock around every add and removal (:mod:`cache_server.service.removal`). The
+events of a shard's transaction are added right after it (the stream is in a slot of its
+own): a crash in between loses an event, never an entry or a count.
+
+Stores are acknowledged once replicated (:mod:`.durability`): :meth:`add`, :meth:`add_many`,
+:meth:`replace` and :meth:`set_pinned` return only after ``WAIT`` for the replicas asked
+for (:class:`~.durability.NotReplicated` if they do not answer in time).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import WatchError
 
-from cache_server.index.client import pack_fixed_width
+from cache_server.index.client import IndexRedis
+from cache_server.index.durability import Durability
 from cache_server.index.eviction import eviction_rank
-from cache_server.index.telemetry import Telemetry, stats_from
-from cache_server.index.transactions import watched
-from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, Stats
+from cache_server.index.keyspace import Shard
+from cache_server.index.queries import IndexReads
+from cache_server.models import MAX_COMPUTE_SECONDS, Manifest
 
 __all__ = ["REMOVAL_REASONS", "RedisIndex"]
 
@@ -53,160 +68,58 @@ REMOVAL_REASONS = {"delete": "deletes", "corrupt": "corrupt", "evict": "eviction
                    "expire": "expired"}
 
 
-class RedisIndex:
+class RedisIndex(IndexReads):
     """The entries and every key kept beside them; counters and events through
-    :attr:`telemetry`. ``redis`` must be created with ``decode_responses=True``."""
+    :attr:`telemetry`. ``redis`` comes from :func:`.client.connect` (or returns strings
+    otherwise: ``decode_responses=True``). ``min_replicas`` and ``replica_timeout``: how
+    stores wait for replicas (:class:`~.durability.Durability`)."""
 
     def __init__(
         self,
-        redis: Redis,
+        redis: IndexRedis,
         *,
         prefix: str = "rc:",
         events_maxlen: int = 10_000,
         eviction_half_life: float = 86_400.0,
+        min_replicas: int | None = None,
+        replica_timeout: float = 1.0,
     ) -> None:
-        self.redis = redis
-        self.prefix = prefix
+        super().__init__(redis, prefix, events_maxlen)
         self.eviction_half_life = eviction_half_life
-        self._members = f"{prefix}members"
-        self._by_hash = f"{prefix}by_hash"
-        self._access = f"{prefix}access"
-        self._evict = f"{prefix}evict"
-        self._pinned = f"{prefix}pinned"
-        self._hits = f"{prefix}hits"
-        self._expires = f"{prefix}expires"
-        #: The counters and events; the transactions below count and record into them.
-        self.telemetry = Telemetry(redis, prefix, events_maxlen)
-        self._stats = self.telemetry.stats_key
-
-    def _manifest_key(self, task_hash: str) -> str:
-        return f"{self.prefix}m:{task_hash}"
-
-    def _label_key(self, label: str) -> str:
-        return f"{self.prefix}label:{label}"
-
-    def _refs_key(self, digest: str) -> str:
-        return f"{self.prefix}refs:{digest}"
+        self.durability = Durability(self.topology, min_replicas, replica_timeout)
 
     def _rank(self, manifest: Manifest, last_access: float) -> float:
         return eviction_rank(
             manifest.compute_seconds, manifest.nbytes, last_access, self.eviction_half_life
         )
 
-    async def ping(self) -> bool:
-        return bool(await self.redis.ping())
+    def _event(self, pipe: Any, later: list[str], kind: str, **fields: Any) -> None:
+        """Record an event with the transaction ``pipe``; in a Cluster, in ``later``, which
+        :meth:`_published` adds to the stream once the transaction succeeded."""
+        if self.keys.sharded:
+            later.append(self.telemetry.event(kind, **fields))
+        else:
+            self.telemetry.add_event(pipe, kind, **fields)
 
-    # -- lookups ----------------------------------------------------------------------------
+    async def _published(self, later: list[str], durable: Iterable[Shard] = ()) -> None:
+        """After a transaction: its events (Cluster), then the wait for replicas of the
+        shards in ``durable``."""
+        await self.telemetry.publish(later)
+        await self.durability.confirm(durable)
 
-    async def lookup(self, hashes: Sequence[str]) -> list[str]:
-        """The indexed subset of ``hashes`` (distinct, in order), with one SMISMEMBER.
+    async def _elsewhere(self, digest: str, shard: Shard) -> int:
+        """How many entries outside ``shard`` reference ``digest`` (0 on one Redis)."""
+        if not self.keys.sharded:
+            return 0
+        answers = await self.topology.per_shard(
+            [(other, lambda pipe, other=other: pipe.scard(other.refs(digest)))
+             for other in self.keys.shards if other.number != shard.number])
+        return sum(int(n) for (n,) in answers)
 
-        Counts every distinct hash in ``lookups``, the present ones in ``found`` and the
-        absent ones in ``misses`` (:meth:`.Telemetry.count_lookup`).
-        """
-        unique = list(dict.fromkeys(hashes))
-        if not unique:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.smismember(self._members, unique)
-            pipe.zcard(self._expires)
-            flags, expiring = await pipe.execute()
-        found = [h for h, present in zip(unique, flags, strict=True) if present]
-        if found and expiring:
-            expired = await self.expired_among(found)
-            found = [h for h in found if h not in expired]
-        self.telemetry.count_lookup(len(unique), len(found))
-        return found
-
-    async def lookup_packed(self, packed: bytes) -> bytes:
-        """One byte per hash, 1 if indexed, for 32-character hashes sent back to back
-        (already validated), with one SMISMEMBER built straight from the buffer: one round
-        trip to Redis unless some entry has an expiry.
-
-        Counts every hash in ``lookups``, the present ones in ``found`` and the absent ones
-        in ``misses``: senders send each hash once. Expired entries answer 0.
-        """
-        if not packed:
-            return b""
-        command = pack_fixed_width("SMISMEMBER", self._members, packed, 32)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.execute_command("SMISMEMBER", command)
-            pipe.zcard(self._expires)
-            flags, expiring = await pipe.execute()
-        answer = bytes(flags)
-        found = answer.count(1)
-        if found and expiring:
-            answer = await self._hide_expired(packed, answer)
-            found = answer.count(1)
-        self.telemetry.count_lookup(len(answer), found)
-        return answer
-
-    async def _hide_expired(self, packed: bytes, answer: bytes) -> bytes:
-        found = [packed[32 * i:32 * i + 32].decode("ascii")
-                 for i, flag in enumerate(answer) if flag]
-        expired = await self.expired_among(found)
-        if not expired:
-            return answer
-        return bytes(0 if flag and packed[32 * i:32 * i + 32].decode("ascii") in expired
-                     else flag for i, flag in enumerate(answer))
-
-    async def expired_among(self, hashes: Sequence[str], now: float | None = None) -> set[str]:
-        """The hashes among ``hashes`` whose entries have expired (still indexed until they
-        are removed: lazily by the service, or by ``gc``)."""
-        if not hashes or not await self.redis.zcard(self._expires):
-            return set()
-        now = time.time() if now is None else now
-        scores = await self.redis.zmscore(self._expires, list(hashes))
-        return {h for h, s in zip(hashes, scores, strict=True) if s is not None and s <= now}
-
-    async def all_expired(self, now: float | None = None, limit: int = 1000) -> list[str]:
-        """Up to ``limit`` expired hashes, soonest expired first."""
-        now = time.time() if now is None else now
-        return [str(h) for h in await self.redis.zrangebyscore(
-            self._expires, "-inf", now, start=0, num=limit)]
-
-    async def contains(self, task_hash: str) -> bool:
-        """Indexed and not expired; counts nothing (lease waiters poll this)."""
-        if not await self.redis.sismember(self._members, task_hash):
-            return False
-        return not await self.expired_among([task_hash])
-
-    async def manifest(self, task_hash: str) -> Manifest | None:
-        manifests = await self.manifests([task_hash])
-        return manifests[0]
-
-    async def manifests(self, hashes: Sequence[str]) -> list[Manifest | None]:
-        """Manifests with live ``hits`` and ``last_access``, in one round trip."""
-        if not hashes:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.mget([self._manifest_key(h) for h in hashes])
-            pipe.hmget(self._hits, list(hashes))
-            pipe.zmscore(self._access, list(hashes))
-            pipe.smismember(self._pinned, list(hashes))
-            raw, hits, access, pinned = await pipe.execute()
-        result: list[Manifest | None] = []
-        for text, hit_count, last_access, is_pinned in zip(raw, hits, access, pinned, strict=True):
-            if text is None:
-                result.append(None)
-                continue
-            manifest = Manifest.model_validate_json(text)
-            manifest.hits = int(hit_count or 0)
-            manifest.last_access = float(last_access or manifest.created)
-            manifest.pinned = bool(is_pinned)
-            result.append(manifest)
-        return result
-
-    async def page(
-        self, *, label: str | None, limit: int, cursor: str | None
-    ) -> tuple[list[Manifest], str | None]:
-        """One page of entries ordered by hash; the cursor is the last hash of the page."""
-        key = self._by_hash if label is None else self._label_key(label)
-        start = f"({cursor}" if cursor else "-"
-        hashes = [str(h) for h in await self.redis.zrangebylex(key, start, "+", start=0, num=limit)]
-        manifests = [m for m in await self.manifests(hashes) if m is not None]
-        next_cursor = hashes[-1] if len(hashes) == limit else None
-        return manifests, next_cursor
+    async def confirm(self, task_hash: str) -> None:
+        """Return once the entry of ``task_hash``, as the primary has it now, is
+        replicated as stores are (for an answer "already stored")."""
+        await self.durability.confirm([self.keys.shard_of(task_hash)])
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -214,16 +127,25 @@ class RedisIndex:
                   ) -> tuple[Manifest, bool]:
         """Index ``manifest`` unless its hash is indexed already.
 
-        Returns the indexed manifest and whether it was added now. Call only once the object
-        is durable in storage. ``manifest.pinned`` is kept; ``manifest.last_access`` is used
-        when set (reindex), else ``created``. ``record=False`` (reindex) neither counts a
-        store nor records an event; ``run``: the run id its ``store`` event names.
+        Returns the indexed manifest and whether it was added now, once it is replicated.
+        Call only once the object is durable in storage. ``manifest.pinned`` is kept;
+        ``manifest.last_access`` is used when set (reindex), else ``created``.
+        ``record=False`` (reindex) neither counts a store nor records an event; ``run``:
+        the run id its ``store`` event names.
         """
         await self.telemetry.flush()
-        key = self._manifest_key(manifest.hash)
-        refs = self._refs_key(manifest.digest)
+        later: list[str] = []
+        result = await self._add(manifest, record, run, later)
+        await self._published(later, [self.keys.shard_of(manifest.hash)])
+        return result
+
+    async def _add(self, manifest: Manifest, record: bool, run: str | None,
+                   later: list[str]) -> tuple[Manifest, bool]:
+        shard = self.keys.shard_of(manifest.hash)
+        key, refs = shard.manifest(manifest.hash), shard.refs(manifest.digest)
 
         async def attempt(pipe: Any) -> tuple[Manifest, bool]:
+            later.clear()
             await pipe.watch(key, refs)
             if await pipe.exists(key):
                 await pipe.unwatch()
@@ -231,82 +153,124 @@ class RedisIndex:
                 if existing is None:
                     raise WatchError("deleted meanwhile")  # start over
                 return existing, False
-            first_reference = not await pipe.exists(refs)
+            first_reference = (not await pipe.exists(refs)
+                               and not await self._elsewhere(manifest.digest, shard))
             pipe.multi()
-            self._queue_add(pipe, manifest, first_reference, record, run)
+            self._queue_add(pipe, shard, manifest, first_reference, record, run, later)
             await pipe.execute()
             return manifest, True
 
-        return await watched(self.redis, attempt)
+        return await self.topology.transact(shard.prefix, attempt)
 
     async def add_many(self, manifests: Sequence[Manifest],
                        runs: Sequence[str | None] | None = None
                        ) -> list[tuple[Manifest, bool]]:
-        """:meth:`add` for many manifests (distinct hashes) in one transaction: what a
-        batch store indexes once its objects are durable. Per manifest, in order, the
-        indexed manifest and whether it was added now. ``runs``: per manifest, the run
-        id its ``store`` event names."""
+        """:meth:`add` for many manifests (distinct hashes) in one transaction (in a
+        Cluster: one per shard, in shard order): what a batch store indexes once its
+        objects are durable. Per manifest, in order, the indexed manifest and whether it
+        was added now. ``runs``: per manifest, the run id its ``store`` event names."""
         await self.telemetry.flush()
         runs = list(runs) if runs is not None else [None] * len(manifests)
         if not manifests:
             return []
-        keys = [self._manifest_key(m.hash) for m in manifests]
-        refs = list(dict.fromkeys(self._refs_key(m.digest) for m in manifests))
+        later: list[str] = []
+        # Cluster: which shards referenced each digest before, and the digests this batch
+        # references now (an earlier shard's transaction counted them).
+        before = await self._referencing_shards({m.digest for m in manifests})
+        counted: set[str] = set()
+        results: list[tuple[Manifest, bool] | None] = [None] * len(manifests)
+        groups = self.keys.group([m.hash for m in manifests])
+        for shard, positions in groups:
+            part = [(manifests[i], runs[i]) for i in positions]
+            answers = await self._add_in_shard(shard, part, before, counted, later)
+            for i, result in zip(positions, answers, strict=True):
+                results[i] = result
+        await self._published(later, [shard for shard, _ in groups])
+        return results  # type: ignore[return-value]
+
+    async def _referencing_shards(self, digests: set[str]) -> dict[str, set[int]]:
+        """Cluster: digest -> the shards whose entries reference it ({} on one Redis)."""
+        if not self.keys.sharded or not digests:
+            return {}
+        order = sorted(digests)
+        answers = await self.topology.per_shard(
+            [(shard, lambda pipe, shard=shard: [pipe.exists(shard.refs(d)) for d in order])
+             for shard in self.keys.shards])
+        found: dict[str, set[int]] = {d: set() for d in order}
+        for shard, flags in zip(self.keys.shards, answers, strict=True):
+            for digest, flag in zip(order, flags, strict=True):
+                if flag:
+                    found[digest].add(shard.number)
+        return found
+
+    async def _add_in_shard(self, shard: Shard, part: list[tuple[Manifest, str | None]],
+                            before: dict[str, set[int]], counted: set[str],
+                            later: list[str]) -> list[tuple[Manifest, bool]]:
+        keys = [shard.manifest(m.hash) for m, _ in part]
+        digests = list(dict.fromkeys(m.digest for m, _ in part))
+        refs = [shard.refs(d) for d in digests]
+        events_before = len(later)
 
         async def attempt(pipe: Any) -> list[tuple[Manifest, bool]]:
+            del later[events_before:]
             await pipe.watch(*keys, *refs)
-            async with self.redis.pipeline(transaction=False) as reads:
+            client = await self.topology.client_for(shard.prefix)
+            async with client.pipeline(transaction=False) as reads:
                 for key in (*keys, *refs):
                     reads.exists(key)
                 answers = await reads.execute()
             present = answers[:len(keys)]
-            referenced = {ref for ref, n in zip(refs, answers[len(keys):], strict=True) if n}
+            referenced = {d for d, n in zip(digests, answers[len(keys):], strict=True)
+                          if n or d in counted or before.get(d, set()) - {shard.number}}
+            added: set[str] = set()
             if all(present):
                 await pipe.unwatch()
             else:
                 pipe.multi()
-                for manifest, found, run in zip(manifests, present, runs, strict=True):
+                for (manifest, run), found in zip(part, present, strict=True):
                     if found:
                         continue
-                    ref = self._refs_key(manifest.digest)
-                    self._queue_add(pipe, manifest, ref not in referenced, True, run)
-                    referenced.add(ref)
+                    self._queue_add(pipe, shard, manifest, manifest.digest not in referenced,
+                                    True, run, later)
+                    referenced.add(manifest.digest)
+                    added.add(manifest.digest)
                 await pipe.execute()
-            existing = [m.hash for m, found in zip(manifests, present, strict=True) if found]
+            counted.update(added)
+            existing = [m.hash for (m, _), found in zip(part, present, strict=True) if found]
             current = dict(zip(existing, await self.manifests(existing), strict=True))
             if any(m is None for m in current.values()):
                 raise WatchError("deleted meanwhile")  # start over (nothing was written)
             return [(current[m.hash], False) if found else (m, True)  # type: ignore[misc]
-                    for m, found in zip(manifests, present, strict=True)]
+                    for (m, _), found in zip(part, present, strict=True)]
 
-        return await watched(self.redis, attempt)
+        return await self.topology.transact(shard.prefix, attempt)
 
-    def _queue_add(self, pipe: Any, manifest: Manifest, first_reference: bool,
-                   record: bool, run: str | None = None) -> None:
-        """Queue the writes that index ``manifest`` (inside a transaction); sets its
-        ``last_access``."""
+    def _queue_add(self, pipe: Any, shard: Shard, manifest: Manifest, first_reference: bool,
+                   record: bool, run: str | None, later: list[str]) -> None:
+        """Queue the writes that index ``manifest`` (inside a transaction on ``shard``);
+        sets its ``last_access``."""
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
         last_access = max(manifest.last_access, manifest.created)
-        pipe.set(self._manifest_key(manifest.hash), stored)
-        pipe.sadd(self._members, manifest.hash)
-        pipe.zadd(self._by_hash, {manifest.hash: 0})
-        pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
-        pipe.zadd(self._access, {manifest.hash: last_access})
+        pipe.set(shard.manifest(manifest.hash), stored)
+        pipe.sadd(shard.members, manifest.hash)
+        pipe.zadd(shard.by_hash, {manifest.hash: 0})
+        pipe.zadd(shard.label(manifest.label), {manifest.hash: 0})
+        pipe.zadd(shard.access, {manifest.hash: last_access})
         if manifest.pinned:
-            pipe.sadd(self._pinned, manifest.hash)
+            pipe.sadd(shard.pinned, manifest.hash)
         else:
-            pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, last_access)})
-        pipe.hdel(self._hits, manifest.hash)
+            pipe.zadd(shard.evict, {manifest.hash: self._rank(manifest, last_access)})
+        pipe.hdel(shard.hits, manifest.hash)
         if manifest.expires is not None:
-            pipe.zadd(self._expires, {manifest.hash: manifest.expires})
-        pipe.sadd(self._refs_key(manifest.digest), manifest.hash)
-        pipe.hincrby(self._stats, "bytes", manifest.nbytes)
+            pipe.zadd(shard.expires, {manifest.hash: manifest.expires})
+        pipe.sadd(shard.refs(manifest.digest), manifest.hash)
+        pipe.hincrby(shard.stats, "bytes", manifest.nbytes)
         if first_reference:
-            pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
+            pipe.hincrby(shard.stats, "stored_bytes", manifest.nbytes)
         if record:
-            pipe.hincrby(self._stats, "stores", 1)
-            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
-                                     label=manifest.label, run=run)
+            pipe.hincrby(shard.stats, "stores", 1)
+            self._event(pipe, later, "store", task_hash=manifest.hash, label=manifest.label,
+                        run=run)
         manifest.last_access = last_access
 
     async def remove(
@@ -321,36 +285,42 @@ class RedisIndex:
         """
         await self.telemetry.flush()
         counter = REMOVAL_REASONS[reason]
-        key = self._manifest_key(task_hash)
+        shard = self.keys.shard_of(task_hash)
+        key = shard.manifest(task_hash)
+        later: list[str] = []
 
         async def attempt(pipe: Any) -> tuple[Manifest, int] | None:
+            later.clear()
             manifest = await self._watched_manifest(pipe, key)
             if manifest is None:
                 return None
-            refs = self._refs_key(manifest.digest)
+            refs = shard.refs(manifest.digest)
             await pipe.watch(refs)
             others = set(await pipe.smembers(refs)) - {task_hash}
+            elsewhere = await self._elsewhere(manifest.digest, shard)
             pipe.multi()
             pipe.delete(key)
-            pipe.srem(self._members, task_hash)
-            pipe.zrem(self._by_hash, task_hash)
-            pipe.zrem(self._label_key(manifest.label), task_hash)
-            pipe.zrem(self._access, task_hash)
-            pipe.zrem(self._evict, task_hash)
-            pipe.srem(self._pinned, task_hash)
-            pipe.hdel(self._hits, task_hash)
-            pipe.zrem(self._expires, task_hash)
+            pipe.srem(shard.members, task_hash)
+            pipe.zrem(shard.by_hash, task_hash)
+            pipe.zrem(shard.label(manifest.label), task_hash)
+            pipe.zrem(shard.access, task_hash)
+            pipe.zrem(shard.evict, task_hash)
+            pipe.srem(shard.pinned, task_hash)
+            pipe.hdel(shard.hits, task_hash)
+            pipe.zrem(shard.expires, task_hash)
             pipe.srem(refs, task_hash)
-            pipe.hincrby(self._stats, "bytes", -manifest.nbytes)
-            if not others:
-                pipe.hincrby(self._stats, "stored_bytes", -manifest.nbytes)
-            pipe.hincrby(self._stats, counter, 1)
-            self.telemetry.add_event(pipe, reason, task_hash=task_hash, label=manifest.label)
+            pipe.hincrby(shard.stats, "bytes", -manifest.nbytes)
+            if not others and not elsewhere:
+                pipe.hincrby(shard.stats, "stored_bytes", -manifest.nbytes)
+            pipe.hincrby(shard.stats, counter, 1)
+            self._event(pipe, later, reason, task_hash=task_hash, label=manifest.label)
             pipe.scard(refs)
             results = await pipe.execute()
-            return manifest, int(results[-1])
+            return manifest, int(results[-1]) + elsewhere
 
-        return await watched(self.redis, attempt)
+        removed = await self.topology.transact(shard.prefix, attempt)
+        await self._published(later)
+        return removed
 
     async def replace(self, manifest: Manifest, run: str | None = None
                       ) -> tuple[Manifest, int] | None:
@@ -362,49 +332,56 @@ class RedisIndex:
         expiry and object are the new ones. Call only once the new object is durable.
         """
         await self.telemetry.flush()
-        key = self._manifest_key(manifest.hash)
-        new_refs = self._refs_key(manifest.digest)
+        shard = self.keys.shard_of(manifest.hash)
+        key = shard.manifest(manifest.hash)
+        new_refs = shard.refs(manifest.digest)
         stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
+        later: list[str] = []
 
         async def attempt(pipe: Any) -> tuple[Manifest, int] | None:
+            later.clear()
             old = await self._watched_manifest(pipe, key)
             if old is None:
                 return None
-            old_refs = self._refs_key(old.digest)
-            await pipe.watch(old_refs, new_refs, self._pinned)
+            old_refs = shard.refs(old.digest)
+            await pipe.watch(old_refs, new_refs, shard.pinned)
             same = old.digest == manifest.digest
             others = set(await pipe.smembers(old_refs)) - {manifest.hash}
-            first_reference = not same and not await pipe.exists(new_refs)
-            pinned = bool(await pipe.sismember(self._pinned, manifest.hash))
+            old_elsewhere = 0 if same else await self._elsewhere(old.digest, shard)
+            first_reference = not same and not await pipe.exists(new_refs) and not (
+                await self._elsewhere(manifest.digest, shard))
+            pinned = bool(await pipe.sismember(shard.pinned, manifest.hash))
             now = time.time()
             pipe.multi()
             pipe.set(key, stored)
             if old.label != manifest.label:
-                pipe.zrem(self._label_key(old.label), manifest.hash)
-                pipe.zadd(self._label_key(manifest.label), {manifest.hash: 0})
-            pipe.zadd(self._access, {manifest.hash: now})
+                pipe.zrem(shard.label(old.label), manifest.hash)
+                pipe.zadd(shard.label(manifest.label), {manifest.hash: 0})
+            pipe.zadd(shard.access, {manifest.hash: now})
             if not pinned:
-                pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)})
+                pipe.zadd(shard.evict, {manifest.hash: self._rank(manifest, now)})
             if manifest.expires is not None:
-                pipe.zadd(self._expires, {manifest.hash: manifest.expires})
+                pipe.zadd(shard.expires, {manifest.hash: manifest.expires})
             else:
-                pipe.zrem(self._expires, manifest.hash)
+                pipe.zrem(shard.expires, manifest.hash)
             if not same:
                 pipe.srem(old_refs, manifest.hash)
                 pipe.sadd(new_refs, manifest.hash)
-                if not others:
-                    pipe.hincrby(self._stats, "stored_bytes", -old.nbytes)
+                if not others and not old_elsewhere:
+                    pipe.hincrby(shard.stats, "stored_bytes", -old.nbytes)
                 if first_reference:
-                    pipe.hincrby(self._stats, "stored_bytes", manifest.nbytes)
-            pipe.hincrby(self._stats, "bytes", manifest.nbytes - old.nbytes)
-            pipe.hincrby(self._stats, "stores", 1)
-            pipe.hincrby(self._stats, "overwrites", 1)
-            self.telemetry.add_event(pipe, "store", task_hash=manifest.hash,
-                                     label=manifest.label, now=now, run=run)
+                    pipe.hincrby(shard.stats, "stored_bytes", manifest.nbytes)
+            pipe.hincrby(shard.stats, "bytes", manifest.nbytes - old.nbytes)
+            pipe.hincrby(shard.stats, "stores", 1)
+            pipe.hincrby(shard.stats, "overwrites", 1)
+            self._event(pipe, later, "store", task_hash=manifest.hash, label=manifest.label,
+                        now=now, run=run)
             await pipe.execute()
-            return old, len(others) + (1 if same else 0)
+            return old, len(others) + old_elsewhere + (1 if same else 0)
 
-        return await watched(self.redis, attempt)
+        replaced = await self.topology.transact(shard.prefix, attempt)
+        await self._published(later, [shard])
+        return replaced
 
     @staticmethod
     async def _watched_manifest(pipe: Any, key: str) -> Manifest | None:
@@ -423,72 +400,69 @@ class RedisIndex:
         access time, a ``hit`` event naming ``run`` when known (one transaction)."""
         await self.telemetry.flush()
         now = time.time() if now is None else now
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self._stats, "served", 1)
-            # (bounded: an entry stored before uploads were checked cannot make it infinite)
-            saved = min(manifest.compute_seconds, MAX_COMPUTE_SECONDS)
-            pipe.hincrbyfloat(self._stats, "saved_seconds", saved)
-            pipe.hincrby(self._hits, manifest.hash, 1)
-            pipe.zadd(self._access, {manifest.hash: now}, xx=True)
-            pipe.zadd(self._evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
-            self.telemetry.add_event(pipe, "hit", task_hash=manifest.hash,
-                                     label=manifest.label, now=now, seconds=saved, run=run)
-            await pipe.execute()
+        shard = self.keys.shard_of(manifest.hash)
+        # (bounded: an entry stored before uploads were checked cannot make it infinite)
+        saved = min(manifest.compute_seconds, MAX_COMPUTE_SECONDS)
+        later: list[str] = []
+
+        async def count(client: Any) -> None:
+            later.clear()
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.hincrby(shard.stats, "served", 1)
+                pipe.hincrbyfloat(shard.stats, "saved_seconds", saved)
+                pipe.hincrby(shard.hits, manifest.hash, 1)
+                pipe.zadd(shard.access, {manifest.hash: now}, xx=True)
+                pipe.zadd(shard.evict, {manifest.hash: self._rank(manifest, now)}, xx=True)
+                self._event(pipe, later, "hit", task_hash=manifest.hash,
+                            label=manifest.label, now=now, seconds=saved, run=run)
+                await pipe.execute()
+
+        await self.topology.on_node_of(shard.prefix, count)
+        await self._published(later)
 
     async def record_untrusted(self, manifest: Manifest) -> None:
         """Count a load a client refused for a missing or wrong signature (one transaction)."""
         await self.telemetry.flush()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hincrby(self._stats, "untrusted", 1)
-            self.telemetry.add_event(pipe, "untrusted", task_hash=manifest.hash,
-                                     label=manifest.label)
-            await pipe.execute()
+        shard = self.keys.shard_of(manifest.hash)
+        later: list[str] = []
+
+        async def count(client: Any) -> None:
+            later.clear()
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.hincrby(shard.stats, "untrusted", 1)
+                self._event(pipe, later, "untrusted", task_hash=manifest.hash,
+                            label=manifest.label)
+                await pipe.execute()
+
+        await self.topology.on_node_of(shard.prefix, count)
+        await self._published(later)
 
     async def set_pinned(self, task_hash: str, pinned: bool) -> Manifest | None:
-        """Pin (never evicted) or unpin an entry; None if it is not indexed. Idempotent."""
-        key = self._manifest_key(task_hash)
+        """Pin (never evicted) or unpin an entry; None if it is not indexed. Idempotent;
+        returns once replicated."""
+        shard = self.keys.shard_of(task_hash)
+        key = shard.manifest(task_hash)
 
         async def attempt(pipe: Any) -> bool:
             manifest = await self._watched_manifest(pipe, key)
             if manifest is None:
                 return False
-            last_access = await pipe.zscore(self._access, task_hash)
+            last_access = await pipe.zscore(shard.access, task_hash)
             last_access = float(last_access or manifest.created)
             pipe.multi()
             if pinned:
-                pipe.sadd(self._pinned, task_hash)
-                pipe.zrem(self._evict, task_hash)
+                pipe.sadd(shard.pinned, task_hash)
+                pipe.zrem(shard.evict, task_hash)
             else:
-                pipe.srem(self._pinned, task_hash)
-                pipe.zadd(self._evict, {task_hash: self._rank(manifest, last_access)})
+                pipe.srem(shard.pinned, task_hash)
+                pipe.zadd(shard.evict, {task_hash: self._rank(manifest, last_access)})
             await pipe.execute()
             return True
 
-        if not await watched(self.redis, attempt):
+        if not await self.topology.transact(shard.prefix, attempt):
             return None
+        await self._published([], [shard])
         return await self.manifest(task_hash)
-
-    async def stored_bytes(self) -> int:
-        """Bytes of the distinct objects the index references (what the size cap limits)."""
-        return int(await self.redis.hget(self._stats, "stored_bytes") or 0)
-
-    async def eviction_candidates(self, count: int) -> list[str]:
-        """Up to ``count`` unpinned hashes, lowest eviction score first."""
-        return [str(h) for h in await self.redis.zrange(self._evict, 0, count - 1)]
-
-    async def references(self, digest: str) -> set[str]:
-        """The indexed hashes whose result is the object ``digest``."""
-        return {str(h) for h in await self.redis.smembers(self._refs_key(digest))}
-
-    async def all_hashes(self, batch: int = 1000) -> AsyncIterator[list[str]]:
-        """Every indexed hash, in batches (SSCAN: entries added meanwhile may be missed)."""
-        cursor: int | str = 0
-        while True:
-            cursor, hashes = await self.redis.sscan(self._members, cursor, count=batch)
-            if hashes:
-                yield [str(h) for h in hashes]
-            if int(cursor) == 0:
-                return
 
     async def recount(self) -> tuple[int, int]:
         """Recompute ``bytes`` and ``stored_bytes`` from the manifests and rebuild the
@@ -499,47 +473,33 @@ class RedisIndex:
         """
         total = stored = 0
         digests: set[str] = set()
-        await self.redis.delete(self._evict)
-        async for hashes in self.all_hashes():
-            ranks: dict[str, float] = {}
-            for manifest in await self.manifests(hashes):
-                if manifest is None:
-                    continue
-                total += manifest.nbytes
-                if manifest.digest not in digests:
-                    digests.add(manifest.digest)
-                    stored += manifest.nbytes
-                if not manifest.pinned:
-                    ranks[manifest.hash] = self._rank(manifest, manifest.last_access)
-            if ranks:
-                await self.redis.zadd(self._evict, ranks)
-        await self.redis.hset(self._stats, mapping={"bytes": total, "stored_bytes": stored})
+        for shard in self.keys.shards:
+            client = await self.topology.client_for(shard.prefix)
+            shard_total = shard_stored = 0
+            await client.delete(shard.evict)
+            cursor: int | str = 0
+            while True:
+                cursor, hashes = await client.sscan(shard.members, cursor, count=1000)
+                ranks: dict[str, float] = {}
+                for manifest in await self.manifests([str(h) for h in hashes]):
+                    if manifest is None:
+                        continue
+                    shard_total += manifest.nbytes
+                    if manifest.digest not in digests:  # counted in the first shard naming it
+                        digests.add(manifest.digest)
+                        shard_stored += manifest.nbytes
+                    if not manifest.pinned:
+                        ranks[manifest.hash] = self._rank(manifest, manifest.last_access)
+                if ranks:
+                    await client.zadd(shard.evict, ranks)
+                if int(cursor) == 0:
+                    break
+            await client.hset(shard.stats, mapping={"bytes": shard_total,
+                                                    "stored_bytes": shard_stored})
+            total, stored = total + shard_total, stored + shard_stored
         return total, stored
 
-    # -- statistics and events (kept by .telemetry) ------------------------------------------
-
-    async def stats(self) -> Stats:
-        """The counters (this replica's lookups flushed first) and the index's sizes."""
-        await self.telemetry.flush()
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hgetall(self._stats)
-            pipe.scard(self._members)
-            pipe.scard(self._pinned)
-            counters, entries, pinned = await pipe.execute()
-        return stats_from(counters, int(entries), int(pinned))
-
-    async def events(self, limit: int) -> list[Event]:
-        """The most recent events, newest first."""
-        return [event for _id, event in await self.telemetry.events_with_ids(limit)]
-
-    async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
-        """The most recent events with their stream ids, newest first."""
-        return await self.telemetry.events_with_ids(limit)
-
-    async def events_after(self, last_id: str, limit: int, block_ms: int
-                           ) -> list[tuple[str, Event]]:
-        """See :meth:`.Telemetry.events_after`."""
-        return await self.telemetry.events_after(last_id, limit, block_ms)
+    # -- run events (kept by .telemetry) ------------------------------------------------------
 
     async def record_run_event(self, run_id: str, status: str, stored: int | None) -> None:
         await self.telemetry.record_run_event(run_id, status, stored)
@@ -547,3 +507,4 @@ class RedisIndex:
     async def close(self) -> None:
         """Add what this process counted to Redis (before the Redis client closes)."""
         await self.telemetry.close()
+

@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field
-from redis.asyncio import Redis
 
-from cache_server.index.transactions import watched
+from cache_server.index.topology import Topology
 from cache_server.models import RunSummary, RunTask, TaskState
 
 __all__ = ["RunStore"]
@@ -27,11 +26,15 @@ class _Tasks(BaseModel):
 
 
 class RunStore:
-    def __init__(self, redis: Redis, prefix: str, keep: int = 1000) -> None:
-        self.redis = redis
-        self.prefix = prefix
+    """The runs of one cache (in a Redis Cluster, every key in the slot of no shard, so one
+    transaction holds a run's keys and the list)."""
+
+    def __init__(self, topology: Topology, keep: int = 1000) -> None:
+        self.topology = topology
+        self.redis = topology.redis
+        self.prefix = topology.keys.globals
         self.keep = keep
-        self._runs = f"{prefix}runs"
+        self._runs = f"{self.prefix}runs"
 
     def _key(self, run_id: str) -> str:
         return f"{self.prefix}run:{run_id}"
@@ -62,7 +65,7 @@ class RunStore:
             pipe.zadd(self._runs, {run.run_id: run.started})
             await pipe.execute()
 
-        await watched(self.redis, attempt)
+        await self.topology.transact(self._runs, attempt)
         await self._trim()
         return counts
 
@@ -71,12 +74,17 @@ class RunStore:
         if extra <= 0:
             return
         old = [str(r) for r in await self.redis.zrange(self._runs, 0, extra - 1)]
-        if old:
-            async with self.redis.pipeline(transaction=True) as pipe:
+        if not old:
+            return
+
+        async def trim(client: Any) -> None:
+            async with client.pipeline(transaction=True) as pipe:
                 pipe.zrem(self._runs, *old)
                 pipe.delete(*(self._key(r) for r in old),
                             *(self._key(r) + ":tasks" for r in old))
                 await pipe.execute()
+
+        await self.topology.on_node_of(self._runs, trim)
 
     async def counts(self, run_id: str) -> RunSummary | None:
         """A run's recorded counts (without its task list), or None."""

@@ -1,6 +1,8 @@
 """The index's telemetry: the counters of the ``stats`` hash and the ``events`` stream.
 
-Keys (under the index's ``prefix``)::
+Keys (under the index's ``prefix``; in a Redis Cluster, in the slot of no shard, and each
+shard counts its own entries' stores, removals, hits and bytes in a ``stats`` hash of its
+own, summed when read)::
 
     stats           HASH    hits, misses, lookups, stores, bytes, saved_seconds, deletes,
                             corrupt, evictions, stored_bytes, untrusted, expired,
@@ -29,6 +31,7 @@ from contextlib import suppress
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from cache_server.models import Event, Stats
@@ -85,7 +88,8 @@ class Telemetry:
     """This replica's lookup counts on their way to Redis, and the events stream.
     Coroutine-safe within one event loop (one flush at a time)."""
 
-    def __init__(self, redis: Redis, prefix: str, events_maxlen: int) -> None:
+    def __init__(self, redis: Redis | RedisCluster, prefix: str, events_maxlen: int
+                 ) -> None:
         self.redis = redis
         self.events_maxlen = events_maxlen
         self.stats_key = f"{prefix}stats"
@@ -140,29 +144,43 @@ class Telemetry:
                 self._pending.merge(pending)  # Redis unreachable: counted next time
                 raise
 
-    def add_event(
+    def event(
         self,
-        pipe: Any,
         kind: str,
         *,
         task_hash: str | None = None,
         label: str | None = None,
         now: float | None = None,
         **counts: float | str | None,
-    ) -> None:
-        """Queue one event on ``pipe`` (the caller's transaction or pipeline); the stream
-        keeps about ``events_maxlen`` of them."""
+    ) -> str:
+        """One event, as the stream stores it."""
         event: dict[str, Any] = {"kind": kind, "time": time.time() if now is None else now}
         if task_hash is not None:
             event["hash"] = task_hash
             event["label"] = label
         event.update((k, v) for k, v in counts.items() if v is not None)
-        pipe.xadd(
-            self.events_key,
-            {"e": json.dumps(event, separators=(",", ":"))},
-            maxlen=self.events_maxlen,
-            approximate=True,
-        )
+        return json.dumps(event, separators=(",", ":"))
+
+    def add_event(self, pipe: Any, kind: str, **fields: Any) -> None:
+        """Queue one event (:meth:`event`'s arguments) on ``pipe`` (the caller's transaction
+        or pipeline); the stream keeps about ``events_maxlen`` of them."""
+        self._queue(pipe, self.event(kind, **fields))
+
+    def _queue(self, pipe: Any, event: str) -> None:
+        pipe.xadd(self.events_key, {"e": event}, maxlen=self.events_maxlen, approximate=True)
+
+    async def publish(self, events: list[str]) -> None:
+        """Add events made by :meth:`event` for a transaction that could not hold them (in a
+        Redis Cluster the stream lives in a slot of its own), in order. Best effort: a
+        transaction that succeeded is not undone by an unreachable stream (its event is
+        lost, never its entry or its counts)."""
+        if not events:
+            return
+        with suppress(RedisError, OSError):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for event in events:
+                    self._queue(pipe, event)
+                await pipe.execute()
 
     async def events_with_ids(self, limit: int) -> list[tuple[str, Event]]:
         """The most recent events with their stream ids, newest first."""

@@ -71,12 +71,12 @@ class ResultCache:
         self.storage = storage
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.leases = Leases(LeaseStore(index.redis, index.prefix), index, max_lease_hashes)
+        self.leases = Leases(LeaseStore(index.topology), index, max_lease_hashes)
         self.replicas = ReplicaRegistry(index.redis, index.prefix)
-        self.locks = DigestLocks(index.redis, index.prefix)
+        self.locks = DigestLocks(index.redis, index.keys)
         #: Eviction and gc run on one replica at a time.
         self.maintenance = RedisLock(index.redis, f"{index.prefix}maintenance")
-        self.runs = RunStore(index.redis, index.prefix)
+        self.runs = RunStore(index.topology)
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
         self.memory = MemoryBudget(max_body_memory)

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from redis.asyncio import Redis
-
+from cache_server.index.client import IndexRedis
+from cache_server.index.keyspace import Keyspace
 from cache_server.index.locks import ReadMarks, RedisLock
 
 __all__ = ["DigestLocks"]
@@ -20,10 +20,10 @@ class DigestLocks:
     digest's :class:`~cache_server.index.locks.RedisLock` across processes. Readers mark
     themselves (:meth:`reading`) so that a holder can see them (:meth:`readers`)."""
 
-    def __init__(self, redis: Redis, prefix: str, ttl: float = 30.0) -> None:
+    def __init__(self, redis: IndexRedis, keys: Keyspace, ttl: float = 30.0) -> None:
         self._redis = redis
         self._ttl = ttl
-        self._marks = ReadMarks(redis, prefix, ttl)
+        self._marks = ReadMarks(redis, keys, ttl)
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @asynccontextmanager

@@ -6,7 +6,9 @@
   directory of the test's own: ``index`` (a :class:`RedisIndex`), ``make_cache`` (a factory
   of :class:`ResultCache`), ``make_app`` (a factory of httpx clients of ``create_app``,
   lifespan entered, through httpx's ASGI transport). Tests using them are ``async`` and
-  marked ``anyio``.
+  marked ``anyio``. ``index`` and ``make_cache`` run each test twice: on one Redis
+  (``[redis]``) and on the session's Redis Cluster (``[cluster]``, slow: its index is
+  sharded over three masters).
 """
 
 from __future__ import annotations
@@ -51,9 +53,17 @@ def _prefix() -> str:
     return f"test-{uuid.uuid4().hex[:8]}:"
 
 
+@pytest.fixture(params=["redis", pytest.param("cluster", marks=pytest.mark.slow)])
+def index_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """The session's Redis, or its Redis Cluster."""
+    if request.param == "redis":
+        return redis_url
+    return request.getfixturevalue("redis_cluster_url")
+
+
 @pytest.fixture
-async def index(redis_url: str) -> AsyncIterator[RedisIndex]:
-    redis = connect(redis_url)
+async def index(index_url: str) -> AsyncIterator[RedisIndex]:
+    redis = connect(index_url)
     index = RedisIndex(redis, prefix=_prefix())
     try:
         yield index
@@ -66,13 +76,13 @@ MakeCache = Callable[..., ResultCache]
 
 
 @pytest.fixture
-async def make_cache(redis_url: str, tmp_path: Path) -> AsyncIterator[MakeCache]:
+async def make_cache(index_url: str, tmp_path: Path) -> AsyncIterator[MakeCache]:
     """``make_cache(max_bytes=None, max_body_bytes=2**30)``: a new cache (own prefix, own
-    storage directory) on the session's Redis."""
+    storage directory) on the session's Redis (or Redis Cluster)."""
     indexes = []
 
     def make(*, max_bytes: int | None = None, max_body_bytes: int = 2**30) -> ResultCache:
-        indexes.append(RedisIndex(connect(redis_url), prefix=_prefix()))
+        indexes.append(RedisIndex(connect(index_url), prefix=_prefix()))
         data_dir = tmp_path / f"cache-{len(indexes)}"
         return ResultCache(indexes[-1], LocalStorage(data_dir), Metrics(), max_body_bytes,
                            max_bytes)

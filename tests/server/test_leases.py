@@ -182,9 +182,9 @@ async def test_expired_leases_are_free_and_swept_under_the_maintenance_lease(mak
     assert not state.leased and state.ttl is None  # expired, even before the sweep
     async with cache.maintenance.hold(wait=0):  # another replica's eviction round
         assert await cache.sweep_leases() == 0
-    assert await cache.index.redis.hlen(cache.leases.store.key) == 2
+    assert len(await cache.leases.store.recorded()) == 2
     assert await cache.sweep_leases() == 1
-    assert await cache.index.redis.hkeys(cache.leases.store.key) == [kept]
+    assert await cache.leases.store.recorded() == [kept]
     assert (await cache.sweep_leases()) == 0
     # the expired hash goes to anyone; the live one stays its holder's
     granted, stored, held = await cache.leases.acquire([gone, kept], "run-b", 60)
@@ -201,7 +201,7 @@ async def test_a_sweep_walks_a_hash_larger_than_its_page(make_cache):
     await cache.leases.acquire(live, "run-b", 60)
     await anyio.sleep(0.1)
     assert await cache.sweep_leases() == len(expired)
-    assert sorted(await cache.index.redis.hkeys(cache.leases.store.key)) == sorted(live)
+    assert sorted(await cache.leases.store.recorded()) == sorted(live)
 
 
 @pytest.mark.anyio
