@@ -39,13 +39,15 @@ class RedisProcess:
     """A private redis-server on a free localhost port, data in ``directory``.
 
     ``appendonly=True`` turns on the append-only file (fsync every second), so the data
-    survives :meth:`restart`.
+    survives :meth:`restart`. ``replica_of``: the port of a primary to replicate.
     """
 
-    def __init__(self, directory: Path, appendonly: bool = False) -> None:
+    def __init__(self, directory: Path, appendonly: bool = False,
+                 replica_of: int | None = None) -> None:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
+        self.replica_of = replica_of
         self.process: subprocess.Popen[bytes] | None = None
         self.port = 0
         for _attempt in range(5):  # another process may grab the port between probe and bind
@@ -70,6 +72,7 @@ class RedisProcess:
                 "--save", "",
                 "--appendonly", "yes" if self.appendonly else "no",
                 "--logfile", str(self.directory / "redis.log"),
+                *(["--replicaof", "127.0.0.1", str(self.replica_of)] if self.replica_of else []),
             ],  # fmt: skip
             stdin=subprocess.DEVNULL,
         )

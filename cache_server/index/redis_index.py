@@ -116,10 +116,11 @@ class RedisIndex(IndexReads):
              for other in self.keys.shards if other.number != shard.number])
         return sum(int(n) for (n,) in answers)
 
-    async def confirm(self, task_hash: str) -> None:
-        """Return once the entry of ``task_hash``, as the primary has it now, is
-        replicated as stores are (for an answer "already stored")."""
-        await self.durability.confirm([self.keys.shard_of(task_hash)])
+    async def confirm(self, *task_hashes: str) -> None:
+        """Return once the entries of ``task_hashes``, as the primary has them now, are
+        replicated as stores are: before answering "already stored" (that entry may be
+        another request's store, not replicated yet)."""
+        await self.durability.confirm({self.keys.shard_of(h) for h in task_hashes})
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -135,6 +135,7 @@ class Writes:
     async def _store(self, upload: Upload, body: UploadBody) -> tuple[Manifest, bool]:
         existing = await self.removal.current(upload.task_hash)
         if existing is not None and not upload.overwrite:
+            await self.index.confirm(upload.task_hash)  # acknowledged: replicated
             await body.drain()
             await self.leases.drop(upload.task_hash)
             return existing, False
@@ -182,6 +183,7 @@ class Writes:
         removes what it wrote at once, evicting nothing for it: no orphan is left for
         ``gc``, and every object on disk is one the index counts."""
         if not upload.overwrite and (winner := await self.removal.current(upload.task_hash)):
+            await self.index.confirm(upload.task_hash)
             await self._forget_loser(upload, result, winner)
             return winner, False, None
         sidecar = result.sidecar
@@ -259,6 +261,9 @@ class Writes:
                 outcomes[i] = (first[0], False) if isinstance(first, tuple) else first
         stored = [u.task_hash for (u, _), o in zip(uploads, outcomes, strict=True)
                   if isinstance(o, tuple)]
+        # Hashes found stored are acknowledged too: once replicated (new ones are already).
+        await self.index.confirm(*(u.task_hash for (u, _), o in zip(uploads, outcomes, strict=True)
+                                   if isinstance(o, tuple) and not o[1]))
         await self.leases.drop(*stored)
         created = sum(1 for o in outcomes if isinstance(o, tuple) and o[1])
         if created:

@@ -6,7 +6,9 @@ and interpolate the file, so variables and defaults mean exactly what they mean 
 ``LocalStack`` then runs each service's own command with the few substitutions a container
 would make unnecessary, and nothing else:
 
-1. service names in URLs resolve to 127.0.0.1 (Docker's DNS);
+1. service names in URLs (``//name:``, and ``,name:`` in a list of hosts) and the bare
+   host arguments of ``redis-server`` (``--replicaof NAME``, ``sentinel monitor M NAME``)
+   resolve to 127.0.0.1 (Docker's DNS);
 2. ``0.0.0.0`` binds 127.0.0.1 (a container's interfaces are private, this machine's are not);
 3. each volume's mount path becomes a temporary directory per volume (shared like a volume);
 4. programs come from this environment: ``python`` is this interpreter, ``dask`` and
@@ -19,7 +21,9 @@ would make unnecessary, and nothing else:
    (both speak the S3 protocol; MinIO's binary is not here), and its healthcheck
    (``mc ready local``) is an HTTP request to that address;
 8. services of a profile start only when ``LocalStack`` is given that profile, as with
-   ``docker compose --profile``.
+   ``docker compose --profile``;
+9. a shell command (``sh -c 'A && exec B'``) runs in ``sh`` with these substitutions made in
+   each word of its script.
 
 Every process is started in its own process group and stopped by its id.
 """
@@ -186,7 +190,7 @@ class LocalStack:
         project_images = {s.get("image") for s in self.services.values() if "build" in s}
         self._project_images = project_images - {None}
         names = "|".join(re.escape(name) for name in self.services)
-        self._hostname = re.compile(rf"(?<=//)({names})(?=[:/])")
+        self._hostname = re.compile(rf"(?:(?<=//)|(?<=,))({names})(?=[:/])")
 
     # the substitutions of the module docstring
     def _local(self, value: str, mounts: list[tuple[str, str]]) -> str:
@@ -200,8 +204,34 @@ class LocalStack:
 
     def local_argv(self, name: str, argv: list[str]) -> list[str]:
         mounts = _volume_mounts(self.services[name])
+        if argv[:2] == ["sh", "-c"] and len(argv) == 3:
+            return ["sh", "-c", self._local_script(argv[2], mounts)]
+        return self._local_command(argv, mounts)
+
+    def _local_command(self, argv: list[str], mounts: list[tuple[str, str]]) -> list[str]:
         program, *args = (self._local(arg, mounts) for arg in argv)
+        if program == "redis-server":  # its host arguments: --replicaof, sentinel monitor
+            args = ["127.0.0.1" if arg in self.services else arg for arg in args]
         return [_local_program(program), *args]
+
+    def _local_script(self, script: str, mounts: list[tuple[str, str]]) -> str:
+        """A ``sh -c`` script's commands (split at ``&&``, ``;``, after ``exec``), each
+        made local like an argv."""
+        words, command, out = shlex.split(script), [], []
+
+        def flush() -> None:
+            if command:
+                out.extend(shlex.quote(w) for w in self._local_command(command, mounts))
+                command.clear()
+
+        for word in words:
+            if word in ("&&", ";", "exec"):
+                flush()
+                out.append(word)
+            else:
+                command.append(word)
+        flush()
+        return " ".join(out)
 
     def local_env(self, name: str) -> dict[str, str]:
         service = self.services[name]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import shlex
 import subprocess
 from urllib.parse import urlsplit
 
@@ -69,8 +70,13 @@ def test_services_and_named_volumes():
     by_profile = {name: tuple(s.get("profiles", ())) for name, s in config["services"].items()}
     assert by_profile == {"redis": (), "cache-server": (), "scheduler": (), "worker": (),
                           "minio": ("scale",), "cache-a": ("scale",), "cache-b": ("scale",),
-                          "scale-worker": ("scale",)}
-    assert set(config["volumes"]) == {"redis-data", "cache-data", "minio-data"}
+                          "scale-worker": ("scale",),
+                          "redis-primary": ("sentinel",), "redis-replica": ("sentinel",),
+                          "sentinel-1": ("sentinel",), "sentinel-2": ("sentinel",),
+                          "sentinel-3": ("sentinel",), "cache-ha": ("sentinel",)}
+    assert set(config["volumes"]) == {"redis-data", "cache-data", "minio-data",
+                                      "ha-primary-data", "ha-replica-data", "sentinel-1-data",
+                                      "sentinel-2-data", "sentinel-3-data", "ha-cache-data"}
     assert "version" not in COMPOSE_FILE.read_text().split("services:")[0]  # Compose Spec
 
 
@@ -210,3 +216,50 @@ def test_dockerignore_keeps_what_the_image_copies():
         assert not ignored(source), f"{source} is copied but .dockerignore excludes it"
     for secret_or_bulk in (".env", ".git", "tests", ".dask-result-cache"):
         assert ignored(secret_or_bulk)
+
+
+# -- profile "sentinel" ------------------------------------------------------------------------
+
+
+def _option(argv: list[str], *names: str) -> list[str]:
+    """The words after the option ``names`` (e.g. ``--sentinel monitor``) up to the next
+    ``--`` option."""
+    for i in range(len(argv) - len(names) + 1):
+        if argv[i:i + len(names)] == list(names):
+            rest = argv[i + len(names):]
+            end = next((j for j, word in enumerate(rest) if word.startswith("--")), len(rest))
+            return rest[:end]
+    raise AssertionError(f"{' '.join(names)} not in {argv}")
+
+
+def test_the_sentinel_profile_watches_the_primary_the_cache_uses(services):
+    primary, replica = services["redis-primary"], services["redis-replica"]
+    primary_argv, replica_argv = service_command(primary), service_command(replica)
+    primary_port = primary_argv[primary_argv.index("--port") + 1]
+    assert primary_argv[0] == replica_argv[0] == "redis-server"
+    assert _option(replica_argv, "--replicaof") == ["redis-primary", primary_port]
+    for argv in (primary_argv, replica_argv):  # both persist: either may be the primary
+        assert argv[argv.index("--appendonly") + 1] == "yes"
+    sentinel_ports = []
+    for name in ("sentinel-1", "sentinel-2", "sentinel-3"):
+        sh, dash_c, script = service_command(services[name])
+        assert (sh, dash_c) == ("sh", "-c")
+        argv = shlex.split(script.split("&& exec ", 1)[1])
+        assert argv[0] == "redis-server" and "--sentinel" in argv
+        assert argv[1] == f"{volumes(services[name]).popitem()[0]}/sentinel.conf"  # writable
+        assert _option(argv, "--sentinel", "monitor") == [
+            "result-cache", "redis-primary", primary_port, "2"]  # two of three agree
+        port = argv[argv.index("--port") + 1]
+        assert healthcheck_command(services[name])[-2:] == [port, "ping"]
+        sentinel_ports.append(port)
+    assert len(set(sentinel_ports)) == 3
+    cache = services["cache-ha"]
+    url = cache["environment"]["RESULT_CACHE_REDIS_URL"]
+    assert url == "redis+sentinel://" + ",".join(
+        f"sentinel-{i}:{port}" for i, port in enumerate(sentinel_ports, 1)) + "/result-cache"
+    assert set(cache["depends_on"]) == {"redis-replica", "sentinel-1", "sentinel-2",
+                                        "sentinel-3"}
+    port = int(cache["environment"]["RESULT_CACHE_PORT"])
+    assert published(cache) == {port: 8792}
+    for name in ("redis-primary", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"):
+        assert not published(services[name])  # only the stack reaches Redis
