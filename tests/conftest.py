@@ -10,8 +10,10 @@
   ``make_bucket``); ``s3_url`` (function): an empty ``s3://bucket/prefix`` of its own, with
   the AWS variables pointing at moto set for the test.
 - ``fresh_server`` (function): a factory for servers of one's own, e.g.
-  ``fresh_server(max_body_bytes=1000)`` or ``fresh_server(embedded=True, data_dir=path)``;
-  all are stopped at the end of the test.
+  ``fresh_server(max_body_bytes=1000)``, ``fresh_server(embedded=True, data_dir=path)`` or
+  ``fresh_server(redis=redis_cluster_url)``; all are stopped at the end of the test.
+- ``index_url`` (function, parametrized): the session's Redis (``[redis]``), then its Redis
+  Cluster (``[cluster]``, slow): a test that takes it runs on both.
 """
 
 from __future__ import annotations
@@ -42,6 +44,14 @@ def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
         yield cluster.url
     finally:
         cluster.stop()
+
+
+@pytest.fixture(params=["redis", pytest.param("cluster", marks=pytest.mark.slow)])
+def index_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """The session's Redis, or its Redis Cluster."""
+    if request.param == "redis":
+        return redis_url
+    return request.getfixturevalue("redis_cluster_url")
 
 
 @pytest.fixture(scope="session")
@@ -84,13 +94,15 @@ def fresh_server(tmp_path: Path, redis_url: str) -> Iterator[FreshServer]:
     started: list[RunningServer] = []
 
     def start(
-        *, data_dir: Path | None = None, embedded: bool = False, **settings: object
+        *, data_dir: Path | None = None, embedded: bool = False, redis: str | None = None,
+        **settings: object
     ) -> RunningServer:
-        """Start a server; ``settings`` become ``RESULT_CACHE_<NAME>`` variables."""
+        """Start a server (on ``redis``, default the session's Redis); ``settings`` become
+        ``RESULT_CACHE_<NAME>`` variables."""
         env = {f"RESULT_CACHE_{name.upper()}": str(value) for name, value in settings.items()}
         server = start_server(
             data_dir or tmp_path / f"server-{len(started)}",
-            redis_url=None if embedded else redis_url,
+            redis_url=None if embedded else redis or redis_url,
             # The shared Redis needs a prefix per server; an embedded one is private already.
             redis_prefix=None if embedded else f"test-{uuid.uuid4().hex[:8]}:",
             env=env,

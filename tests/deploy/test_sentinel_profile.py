@@ -26,6 +26,9 @@ def test_a_killed_primary_fails_over_and_loses_no_acknowledged_entry(tmp_path):
     assert report["lost"] == 0 and report["wrong_served"] == 0, report
     assert report["verified"] == report["found_at_end"] == 60
     assert report["indexed_entries"] == 60
+    # maintenance after the failover: gc beside the server finds nothing to drop
+    assert report["gc_after"]["dangling_entries_removed"] == 0
+    assert report["gc_after"]["entries"] == 60
     unexpected = {answer for answer in report["answers"]
                   if answer not in ("200", "201", "503 with Retry-After", "transport error")}
     assert not unexpected, report["answers"]

@@ -19,10 +19,22 @@ from tests.stress.kill_restart import leftovers
 pytestmark = pytest.mark.slow
 
 
-def test_gc_repairs_what_crashes_leave(tmp_path: Path) -> None:
+@pytest.fixture(params=["embedded", "cluster"])
+def index_of(request: pytest.FixtureRequest) -> tuple[dict[str, str], list[str]]:
+    """The embedded Redis, or the session's Redis Cluster (a prefix of the test's own): the
+    server's keyword arguments and gc's options for it."""
+    if request.param == "embedded":
+        return {}, []
+    url, prefix = request.getfixturevalue("redis_cluster_url"), f"gc-{new_hash()[:8]}:"
+    return {"redis_url": url, "redis_prefix": prefix}, ["--redis-url", url,
+                                                         "--redis-prefix", prefix]
+
+
+def test_gc_repairs_what_crashes_leave(tmp_path: Path, index_of) -> None:
     data_dir = tmp_path / "data"
+    on, gc_options = index_of
     kept, dangling, shared = new_hash(), new_hash(), new_hash()
-    with start_server(data_dir) as server, httpx.Client(base_url=server.url) as client:
+    with start_server(data_dir, **on) as server, httpx.Client(base_url=server.url) as client:
         for task_hash, value in ((kept, 1), (dangling, 2), (shared, 1)):
             assert put(client, task_hash, encode_pickle(value)).status_code == 201
         big = encode_array(np.arange(200_000.0))
@@ -40,7 +52,7 @@ def test_gc_repairs_what_crashes_leave(tmp_path: Path) -> None:
     storage.add_task(kept_digest, TaskReference(new_hash(), "deleted-long-ago"))
     assert leftovers(data_dir)["temporary"] == 1
 
-    report = run_cli("gc", "--data-dir", str(data_dir), "--max-bytes", "1MB")
+    report = run_cli("gc", "--data-dir", str(data_dir), "--max-bytes", "1MB", *gc_options)
     assert report["temporary_removed"] == 1
     assert report["dangling_entries_removed"] == 1
     assert report["orphan_objects_removed"] == 1
@@ -49,10 +61,10 @@ def test_gc_repairs_what_crashes_leave(tmp_path: Path) -> None:
     assert report["entries"] == 2
     assert set(storage.sidecar(kept_digest).tasks) == {kept, shared}
     assert leftovers(data_dir) == {"temporary": 0, "object_dirs": 1}
-    again = run_cli("gc", "--data-dir", str(data_dir))
+    again = run_cli("gc", "--data-dir", str(data_dir), *gc_options)
     repairs = {k: v for k, v in again.items() if k not in ("entries", "stored_bytes")}
     assert set(repairs.values()) == {0}  # nothing left to repair
-    with start_server(data_dir) as server, httpx.Client(base_url=server.url) as client:
+    with start_server(data_dir, **on) as server, httpx.Client(base_url=server.url) as client:
         assert client.get(f"/v1/objects/{kept}").status_code == 200
         assert client.get(f"/v1/objects/{dangling}").status_code == 404
         stats = client.get("/v1/stats").json()

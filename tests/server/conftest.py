@@ -6,9 +6,9 @@
   directory of the test's own: ``index`` (a :class:`RedisIndex`), ``make_cache`` (a factory
   of :class:`ResultCache`), ``make_app`` (a factory of httpx clients of ``create_app``,
   lifespan entered, through httpx's ASGI transport). Tests using them are ``async`` and
-  marked ``anyio``. ``index`` and ``make_cache`` run each test twice: on one Redis
-  (``[redis]``) and on the session's Redis Cluster (``[cluster]``, slow: its index is
-  sharded over three masters).
+  marked ``anyio``. ``index`` and ``make_cache`` run each test twice (``index_url``,
+  tests/conftest.py): on one Redis (``[redis]``) and on the session's Redis Cluster
+  (``[cluster]``, slow: its index is sharded over three masters).
 """
 
 from __future__ import annotations
@@ -51,14 +51,6 @@ def anyio_backend() -> str:
 
 def _prefix() -> str:
     return f"test-{uuid.uuid4().hex[:8]}:"
-
-
-@pytest.fixture(params=["redis", pytest.param("cluster", marks=pytest.mark.slow)])
-def index_url(request: pytest.FixtureRequest, redis_url: str) -> str:
-    """The session's Redis, or its Redis Cluster."""
-    if request.param == "redis":
-        return redis_url
-    return request.getfixturevalue("redis_cluster_url")
 
 
 @pytest.fixture

@@ -85,12 +85,20 @@ async def test_every_error_status_of_the_protocol(make_app: MakeApp) -> None:
     assert (await client.get("/v1/stats")).json()["entries"] == 4
 
 
-async def test_an_unreachable_redis_is_503(make_app: MakeApp) -> None:
-    client = await make_app(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:{port}/0",
+                                 "redis+sentinel://127.0.0.1:{port}/result-cache",
+                                 "redis+cluster://127.0.0.1:{port}"])
+async def test_an_unreachable_redis_is_503_with_retry_after(make_app: MakeApp, url: str) -> None:
+    client = await make_app(redis_url=url.format(port=free_port()))  # nothing listens there
     health = await client.get("/healthz")
     assert health.status_code == 503 and "unreachable" in health.json()["detail"]
     lookup = await client.post("/v1/lookup", json={"hashes": [new_hash()]})
     assert lookup.status_code == 503 and "Redis" in lookup.json()["detail"]
+    packed = await client.post("/v1/lookup/packed", content=new_hash().encode(),
+                               headers={"Content-Type": "application/octet-stream"})
+    assert packed.status_code == 503
+    for answer in (health, lookup, packed):
+        assert answer.headers["Retry-After"] == "1"  # the server reconnects by itself
 
 
 async def test_tokens_are_checked_before_anything_else(make_app: MakeApp) -> None:

@@ -12,7 +12,9 @@ them are acknowledged, the Redis primary that holds them is killed with SIGKILL:
 Counted: how long until every entry acknowledged before the kill is found again (a hit),
 what the server answered meanwhile (503 with ``Retry-After``, nothing else), whether
 stores work again, and every acknowledged entry at the end: found, and served as stored.
-For the cluster, how many entries each master held before the kill.
+For the cluster, how many entries each master held before the kill. Then ``dask-cache gc``
+runs beside the server on the failed-over index (under the maintenance lease): it must
+find nothing to drop.
 
     python -m tests.stress.failover --mode sentinel --entries 300
     python -m tests.stress.failover --mode cluster --entries 300
@@ -38,7 +40,14 @@ from cache_server.index.keyspace import Keyspace
 from cache_server.launch import start_server
 from tests._servers import RedisClusterProcesses, free_port
 from tests.server.wire import put
-from tests.stress._common import Value, campaign_parser, make_values, print_report, verify
+from tests.stress._common import (
+    Value,
+    campaign_parser,
+    make_values,
+    print_report,
+    run_cli,
+    verify,
+)
 
 __all__ = ["run_cluster", "run_sentinel"]
 
@@ -109,14 +118,16 @@ class _Writers:
 
 
 def _found(client: httpx.Client, hashes: list[str]) -> set[str]:
-    """The hashes a lookup finds now; empty while the server answers 503."""
+    """The hashes a lookup (the packed route clients use) finds now; empty while the
+    server answers 503."""
     try:
-        response = client.post("/v1/lookup", json={"hashes": hashes})
+        response = client.post("/v1/lookup/packed", content="".join(hashes).encode(),
+                               headers={"Content-Type": "application/octet-stream"})
     except httpx.HTTPError:
         return set()
     if response.status_code != 200:
         return set()
-    return set(response.json()["found"])
+    return {h for h, flag in zip(hashes, response.content, strict=True) if flag}
 
 
 def _campaign(url: str, values: list[Value], kill: Callable[[], None]) -> dict[str, Any]:
@@ -156,6 +167,14 @@ def _campaign(url: str, values: list[Value], kill: Callable[[], None]) -> dict[s
         "lost": len(set(acknowledged) - found),
         "indexed_entries": entries,
     }
+
+
+def _gc(data_dir: str, redis_url: str, prefix: str) -> dict[str, int]:
+    """``dask-cache gc`` beside the running server: what it repaired, and the index after."""
+    report = run_cli("gc", "--data-dir", data_dir, "--redis-url", redis_url,
+                     "--redis-prefix", prefix)
+    keep = ("dangling_entries_removed", "orphan_objects_removed", "entries")
+    return {name: report[name] for name in keep}
 
 
 # -- Sentinel: the compose file's profile ----------------------------------------------------
@@ -206,6 +225,9 @@ def run_sentinel(workdir: Path, *, entries: int, seed: int = 0) -> dict[str, Any
         primary = stack.processes["redis-primary"][0]
         report = _campaign(f"http://127.0.0.1:{ports['HA_CACHE_PORT']}", values,
                            lambda: os.killpg(primary.pid, signal.SIGKILL))
+        env = stack.local_env("cache-ha")
+        report["gc_after"] = _gc(env["RESULT_CACHE_DATA_DIR"], env["RESULT_CACHE_REDIS_URL"],
+                                 "rc:")
         sentinel = redis.Redis(port=int(ports["SENTINEL_PORT_1"]), decode_responses=True)
         host, port = sentinel.execute_command(
             "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "result-cache")
@@ -255,6 +277,7 @@ def run_cluster(workdir: Path, *, entries: int, seed: int = 0, masters: int = 3,
             report = _campaign(server.url, values, kill)
             cluster.wait_until_ok(masters, 0)
             report.update(spread, masters_now=len(cluster.masters()))
+            report["gc_after"] = _gc(str(workdir / "data"), cluster.url, _PREFIX)
     finally:
         cluster.stop()
     return report
