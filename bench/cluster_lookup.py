@@ -40,6 +40,7 @@ import redis  # noqa: E402
 from cache_server.index.keyspace import Keyspace  # noqa: E402
 from client_lib import CacheClient  # noqa: E402
 from tests._servers import RedisClusterProcesses, RedisProcess  # noqa: E402
+from tests.stress.failover import entries_per_master  # noqa: E402
 
 PREFIX = "rc:"
 
@@ -60,22 +61,6 @@ def seed_cluster(cluster: redis.RedisCluster, hashes: list[str]) -> None:
             for task_hash in part:  # (MSET is not pipelined in a cluster)
                 pipe.set(shard.manifest(task_hash), "{}")
         pipe.execute()
-
-
-def per_master(cluster: RedisClusterProcesses) -> list[int]:
-    keys = Keyspace(PREFIX, sharded=True)
-    counts = []
-    for port in cluster.masters():
-        node = redis.Redis(port=port)
-        total = 0
-        for shard in keys.shards:
-            try:
-                total += node.scard(shard.members)
-            except redis.ResponseError:  # MOVED: another master's shard
-                pass
-        node.close()
-        counts.append(total)
-    return sorted(counts)
 
 
 def main() -> None:
@@ -125,7 +110,8 @@ def main() -> None:
                     target = 2.0 if n == max(sizes) else None
                     ratios.append(Ratio(f"cluster_vs_one_redis[{n}]",
                                         median["cluster"] / median["one"], target))
-                details["indexed_per_master"] = per_master(cluster)
+                details["indexed_per_master"] = sorted(
+                    entries_per_master(cluster, PREFIX).values())
                 print(f"indexed hashes per master: {details['indexed_per_master']}")
                 one_redis.close()
                 seeds.close()

@@ -12,9 +12,11 @@ own, summed when read)::
 Two kinds of writer share them. The index's own transactions
 (:class:`~cache_server.index.redis_index.RedisIndex`) count stores, removals, hits and bytes
 and queue their event (:meth:`Telemetry.add_event`) inside the transaction that changes the
-entry, so a count never disagrees with the index. Lookups change nothing in the index: their
-counts (``lookups``, ``found``, ``misses``) and their ``lookup`` events are kept in this
-process and added to Redis in one pipeline for many lookups (:meth:`Telemetry.flush`) within
+entry, so a count never disagrees with the index (in a Redis Cluster the event is added
+right after that transaction, :meth:`Telemetry.publish`: the stream has a slot of its own).
+Lookups change nothing in the index: their counts (``lookups``, ``found``, ``misses``) and
+their ``lookup`` events are kept in this process and added to Redis in one pipeline for many
+lookups (:meth:`Telemetry.flush`) within
 ``LOOKUP_FLUSH_SECONDS``, and before this replica writes any other event or reads the
 counters or events, so its events stay in order and its own counts are exact when read
 through it. A replica killed meanwhile loses those counts (never an entry); while Redis is

@@ -49,7 +49,7 @@ from tests.stress._common import (
     verify,
 )
 
-__all__ = ["run_cluster", "run_sentinel"]
+__all__ = ["entries_per_master", "run_cluster", "run_sentinel"]
 
 #: Every entry acknowledged before the kill must be a hit again within this long.
 FAILOVER_SECONDS = 30.0
@@ -239,9 +239,10 @@ def run_sentinel(workdir: Path, *, entries: int, seed: int = 0) -> dict[str, Any
 # -- Redis Cluster -----------------------------------------------------------------------------
 
 
-def entries_per_master(cluster: RedisClusterProcesses) -> dict[int, int]:
+def entries_per_master(cluster: RedisClusterProcesses, prefix: str = _PREFIX
+                       ) -> dict[int, int]:
     """port -> how many entries the master on that port holds (its shards' ``members``)."""
-    keys = Keyspace(_PREFIX, sharded=True)
+    keys = Keyspace(prefix, sharded=True)
     counts: dict[int, int] = {}
     for port in cluster.masters():
         node = redis.Redis(port=port, decode_responses=True, socket_timeout=5)
