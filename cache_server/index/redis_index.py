@@ -136,12 +136,6 @@ class RedisIndex(IndexReads):
         """
         await self.telemetry.flush()
         later: list[str] = []
-        result = await self._add(manifest, record, run, later)
-        await self._published(later, [self.keys.shard_of(manifest.hash)])
-        return result
-
-    async def _add(self, manifest: Manifest, record: bool, run: str | None,
-                   later: list[str]) -> tuple[Manifest, bool]:
         shard = self.keys.shard_of(manifest.hash)
         key, refs = shard.manifest(manifest.hash), shard.refs(manifest.digest)
 
@@ -161,7 +155,9 @@ class RedisIndex(IndexReads):
             await pipe.execute()
             return manifest, True
 
-        return await self.topology.transact(shard.prefix, attempt)
+        result = await self.topology.transact(shard.prefix, attempt)
+        await self._published(later, [shard])
+        return result
 
     async def add_many(self, manifests: Sequence[Manifest],
                        runs: Sequence[str | None] | None = None

@@ -27,14 +27,15 @@ def test_every_port_is_published_on_loopback_by_default():
     addresses = {name: {address for address, _ in published_on(service).values()}
                  for name, service in services.items() if service.get("ports")}
     assert addresses == {"cache-server": {"127.0.0.1"}, "scheduler": {"127.0.0.1"},
-                         "cache-a": {"127.0.0.1"}, "cache-b": {"127.0.0.1"}}
-    for name in ("cache-server", "cache-a", "cache-b"):
+                         "cache-a": {"127.0.0.1"}, "cache-b": {"127.0.0.1"},
+                         "cache-ha": {"127.0.0.1"}}
+    for name in ("cache-server", "cache-a", "cache-b", "cache-ha"):
         assert services[name]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "127.0.0.1"
 
 
 def test_a_variable_opens_each_address():
     services = compose_config({"CACHE_ADDRESS": "0.0.0.0"})["services"]
-    for name in ("cache-server", "cache-a", "cache-b"):
+    for name in ("cache-server", "cache-a", "cache-b", "cache-ha"):
         assert {a for a, _ in published_on(services[name]).values()} == {"0.0.0.0"}
         assert services[name]["environment"]["RESULT_CACHE_PUBLISHED_HOST"] == "0.0.0.0"
     assert {a for a, _ in published_on(services["scheduler"]).values()} == {"127.0.0.1"}
@@ -49,7 +50,8 @@ def test_the_signing_key_goes_to_the_workers_and_nowhere_else():
                                "RESULT_CACHE_ALLOW_OPEN": "1"})["services"]
     for name in ("worker", "scale-worker"):
         assert services[name]["environment"]["DASK_RESULT_CACHE__SIGNING_KEY"] == key
-    for name in ("cache-server", "cache-a", "cache-b", "minio", "scheduler", "redis"):
+    for name in ("cache-server", "cache-a", "cache-b", "cache-ha", "minio", "scheduler", "redis",
+                 "redis-primary", "redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"):
         assert key not in str(services[name]), name  # the server never sees it
     assert services["cache-server"]["environment"]["RESULT_CACHE_ALLOW_OPEN"] == "1"
     assert key not in COMPOSE_FILE.read_text()
