@@ -141,7 +141,7 @@ def parse_redis_url(url: str) -> RedisTarget:
         raise ValueError(f"not a Redis URL: {_redacted(url)!r} (redis://, rediss://, unix://, "
                          "redis+sentinel://, redis+cluster://, rediss+...)")
     if not plus:
-        return RedisTarget("redis", options=parse_url(url))
+        return RedisTarget("redis", options=dict(parse_url(url)))
     location, _, query = rest.partition("?")
     netloc, _, path = location.partition("/")
     credentials, _, hostlist = netloc.rpartition("@")
@@ -163,7 +163,7 @@ def parse_redis_url(url: str) -> RedisTarget:
         raise ValueError(f"{_redacted(url)!r}: unexpected path "
                          f"{'/'.join(parts)!r} (a Cluster has only database 0)")
     one = f"{base}://{credentials + '@' if credentials else ''}{hosts[0][0]}:{hosts[0][1]}"
-    options = parse_url(f"{one}/{parts[0] if parts else ''}?{theirs}")
+    options: dict[str, Any] = dict(parse_url(f"{one}/{parts[0] if parts else ''}?{theirs}"))
     for key in ("host", "port", "connection_class"):
         options.pop(key, None)
     if kind == "cluster":
@@ -172,7 +172,8 @@ def parse_redis_url(url: str) -> RedisTarget:
         options.setdefault(key, value)
     tls = base == "rediss"
     sentinel_options = {k.removeprefix("sentinel_"): v for k, v in ours.items()}
-    return RedisTarget(kind, hosts, master, options, sentinel_options, tls)
+    return RedisTarget("sentinel" if kind == "sentinel" else "cluster", hosts, master,
+                       options, sentinel_options, tls)
 
 
 def _host_port(item: str, default_port: int, url: str) -> tuple[str, int]:
@@ -241,11 +242,11 @@ class ClusterClient(RedisCluster):
         self.connection_kwargs["connection_class"] = packing
         self._nodes: dict[tuple[str, int], aioredis.Redis] = {}
 
-    async def initialize(self, **kwargs: Any) -> ClusterClient:
+    async def initialize(self, *args: Any, **kwargs: Any) -> ClusterClient:  # type: ignore[override]
         """Read the cluster's slots (once); ``ConnectionError`` if no seed node answers
         (redis-py raises a bare ``RedisClusterException``)."""
         try:
-            await super().initialize(**kwargs)
+            await super().initialize(*args, **kwargs)
         except RedisClusterException as exc:
             if type(exc) is not RedisClusterException:
                 raise

@@ -20,6 +20,7 @@ replicas within ``timeout`` raises :class:`NotReplicated` (the API answers 503 w
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -63,7 +64,7 @@ class Durability:
             client = await self.topology.client_for(shard.prefix)
             by_node.setdefault(id(client), shard)
         await asyncio.gather(*(self.topology.on_node_of(
-            shard.prefix, lambda client, shard=shard: self._confirm(client, shard))
+            shard.prefix, functools.partial(self._confirm, shard=shard))
             for shard in by_node.values()))
 
     async def _confirm(self, client: aioredis.Redis, shard: Shard) -> None:

@@ -97,7 +97,7 @@ class IndexReads:
             shard = self.keys.shards[0]
             command = pack_fixed_width("SMISMEMBER", shard.members, packed, 32)
             async with self.redis.pipeline(transaction=False) as pipe:
-                pipe.execute_command("SMISMEMBER", command)
+                pipe.execute_command("SMISMEMBER", command)  # type: ignore[arg-type]
                 pipe.zcard(shard.expires)
                 flags, expiring = await pipe.execute()
             answer = bytes(flags)
@@ -251,7 +251,7 @@ class IndexReads:
         """Every indexed hash, in batches (SSCAN: entries added meanwhile may be missed)."""
         for shard in self.keys.shards:
             client = await self.topology.client_for(shard.prefix)
-            cursor: int | str = 0
+            cursor = 0
             while True:
                 cursor, hashes = await client.sscan(shard.members, cursor, count=batch)
                 if hashes:

@@ -474,7 +474,7 @@ class RedisIndex(IndexReads):
             client = await self.topology.client_for(shard.prefix)
             shard_total = shard_stored = 0
             await client.delete(shard.evict)
-            cursor: int | str = 0
+            cursor = 0
             while True:
                 cursor, hashes = await client.sscan(shard.members, cursor, count=1000)
                 ranks: dict[str, float] = {}

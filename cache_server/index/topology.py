@@ -39,9 +39,11 @@ from cache_server.index.client import ClusterClient, IndexRedis
 from cache_server.index.keyspace import Keyspace, Shard
 from cache_server.index.transactions import watched
 
-__all__ = ["TOPOLOGY_ERRORS", "UNAVAILABLE_ERRORS", "Topology"]
+__all__ = ["TOPOLOGY_ERRORS", "UNAVAILABLE_ERRORS", "Queue", "Topology"]
 
 T = TypeVar("T")
+#: Queues a shard's commands on a pipeline (its answer is ignored).
+Queue = Callable[..., object]
 
 #: Errors that mean the cluster's shape changed (or is changing) under a command: read it
 #: again and resend. (``MovedError`` is an ``AskError``.)
@@ -78,7 +80,7 @@ class Topology:
             return self.redis  # type: ignore[return-value]
         await self.cluster.initialize()  # at once if it is
         node = self.cluster.nodes_manager.get_node_from_slot(self.cluster.keyslot(key))
-        return self.cluster.node(node.host, node.port)
+        return self.cluster.node(node.host, int(node.port))
 
     async def transact(self, key: str, attempt: Callable[[Any], Awaitable[T]]) -> T:
         """:func:`~.transactions.watched` on the client that holds ``key`` (every key the
@@ -93,7 +95,7 @@ class Topology:
             return await work(self.redis)  # type: ignore[arg-type]
         return await self._again(work, key)
 
-    async def per_shard(self, work: Sequence[tuple[Shard, Callable[[Any], None]]]
+    async def per_shard(self, work: Sequence[tuple[Shard, Queue]]
                         ) -> list[list[Any]]:
         """For each ``(shard, queue)``, the answers of the commands ``queue(pipe)`` put on a
         pipeline of the shard's client, in order: one pipeline (one round trip) per master,
@@ -114,7 +116,7 @@ class Topology:
                 await self._refresh_after_pause()
         raise AssertionError("unreachable")
 
-    async def _per_node(self, work: Sequence[tuple[Shard, Callable[[Any], None]]]
+    async def _per_node(self, work: Sequence[tuple[Shard, Queue]]
                         ) -> list[list[Any]]:
         by_client: dict[int, tuple[aioredis.Redis, list[int]]] = {}
         for i, (shard, _) in enumerate(work):
@@ -157,7 +159,7 @@ class Topology:
                 self._refreshed = time.monotonic()
 
 
-def _queued(pipe: Any, queue: Callable[[Any], None]) -> int:
+def _queued(pipe: Any, queue: Queue) -> int:
     before = len(pipe)
     queue(pipe)
     return len(pipe) - before
