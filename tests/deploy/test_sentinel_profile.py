@@ -3,8 +3,9 @@
 ``--sentinel``) and a cache server on ``redis+sentinel://``. Writers store without pause;
 the primary is killed with SIGKILL. Every entry acknowledged before the kill is a hit again
 within 30 s (the sentinels promote the replica, the server finds it through them), stores
-are acknowledged again, no acknowledged entry is lost, and while the index failed over the
-server answered 503 with ``Retry-After`` and nothing else (campaign 16,
+are acknowledged again, no acknowledged entry is lost, while the index failed over the
+server answered 503 with ``Retry-After`` and nothing else, and ``dask-cache gc`` beside it
+afterwards (under the maintenance lease) finds nothing to drop (campaign 16,
 tests/stress/failover.py)."""
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 a replica each, a cache server on ``redis+cluster://``, writers storing without pause. The
 master holding most entries is killed with SIGKILL; its replica takes over. Every master
 held entries; every entry acknowledged before the kill is a hit again within 30 s; stores
-are acknowledged again; nothing acknowledged is lost or served wrong. (The Sentinel
-campaign runs the compose file's profile: tests/deploy/test_sentinel_profile.py.)"""
+are acknowledged again; nothing acknowledged is lost or served wrong; ``dask-cache gc``
+beside the server afterwards finds nothing to drop. (The Sentinel campaign runs the
+compose file's profile: tests/deploy/test_sentinel_profile.py.)"""
 
 from __future__ import annotations
 
