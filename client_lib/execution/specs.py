@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ..policy.modes import Policy
 from ..transport.client import CacheClient
+from .tally import TALLIES, RunTally
 
 __all__ = ["StoreRun", "StoreSpec"]
 
@@ -24,6 +25,10 @@ class StoreRun:
     # caller then waits for them with flush_stores (cached_compute on a scheduler it can
     # reach every executing process of: threads, sync, a distributed client).
     batch: bool = False
+
+    def tally(self) -> RunTally:
+        """What this run's tasks did in this process (:mod:`.tally`)."""
+        return TALLIES.of(self.run_id)
 
 
 @dataclass(slots=True)
