@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..policy.modes import Policy
-from ..transport.client import CacheClient
+from ..transport.interface import Transport
 from .tally import TALLIES, RunTally
 
 __all__ = ["StoreRun", "StoreSpec"]
@@ -16,7 +16,7 @@ __all__ = ["StoreRun", "StoreSpec"]
 class StoreRun:
     """What every store of one ``cached_compute`` call shares; pickled once per graph."""
 
-    cache: CacheClient
+    cache: Transport
     policy: Policy
     run_id: str  # also the holder of this run's leases
     lease_ttl: float = 60.0

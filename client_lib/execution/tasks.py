@@ -23,7 +23,7 @@ from ..core.errors import (
 )
 from ..hashing.handles import is_handle
 from ..policy.speeds import LOAD_SPEEDS
-from ..transport.client import CacheClient
+from ..transport.interface import Transport
 from ..wire import codec
 from .leases import LeaseKeeper, wait_for_holder
 from .replay import recording, replay, unwrap
@@ -99,7 +99,7 @@ def run_group(members: tuple[tuple[Any, Any], ...], outkey: Any, inkeys: tuple,
     return values[outkey]
 
 
-def load_result(cache: CacheClient, task_hash: str, label: str, run: str | None = None
+def load_result(cache: Transport, task_hash: str, label: str, run: str | None = None
                 ) -> Any:
     """Load a cached result; never returns a value that failed verification. Raises
     the warnings stored with it, as its computation did.

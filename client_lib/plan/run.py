@@ -35,8 +35,8 @@ from ..execution.leases import lease_ttl, lease_wait, release_leases, take_lease
 from ..execution.specs import StoreRun
 from ..execution.tally import TALLIES, RunTally
 from ..policy.modes import AutoPolicy
-from ..transport.client import CacheClient
 from ..transport.direct import direct_read_mode
+from ..transport.interface import Transport
 from .hashed import Hashed, hash_materialized, restore_annotations
 from .known import remember
 from .materialize import Materialized, materialize, paused_gc, unfuse
@@ -53,7 +53,7 @@ Key = Hashable
 _ATTEMPTS = 3  # the last one without loads
 
 
-def look_up(cache: CacheClient, hashes: set[str]) -> tuple[set[str], str | None]:
+def look_up(cache: Transport, hashes: set[str]) -> tuple[set[str], str | None]:
     """The hashes the cache holds, or (nothing, why the cache could not be asked)."""
     try:
         return cache.lookup(hashes), None

@@ -12,6 +12,7 @@ from typing import Any
 from ..core.config import setting
 from ..policy.modes import Policy, resolve_policy
 from ..transport.client import CacheClient
+from ..transport.interface import Transport
 
 __all__ = ["NO_CACHE", "RunSettings", "namespace_of", "read_only", "refresh_requested",
            "resolve_cache"]
@@ -25,7 +26,7 @@ class RunSettings:
     """``cache`` is ``None`` when the run has none (``problem`` says why); a read-only run
     has the ``none`` policy and never refreshes."""
 
-    cache: CacheClient | None
+    cache: Transport | None
     problem: str | None
     namespace: str
     policy: Policy
@@ -51,9 +52,10 @@ class RunSettings:
         return cls(client, problem, namespace, store_policy, no_stores, refresh)
 
 
-def resolve_cache(cache: Any = None) -> CacheClient | None:
-    """A :class:`CacheClient` from a URL, a client, or config ``result-cache.url``."""
-    if isinstance(cache, CacheClient):
+def resolve_cache(cache: Any = None) -> Transport | None:
+    """A :class:`CacheClient` from a URL or config ``result-cache.url``; a client, or any
+    other :class:`~client_lib.transport.interface.Transport`, as it is."""
+    if isinstance(cache, Transport):
         return cache
     token = setting("token")
     from_config = cache is None
