@@ -75,10 +75,10 @@ def _child(mode: str, n: int, url: str) -> dict:
 
 def _phases(x, cache, base: int) -> dict:
     """Bytes held above ``base`` when each phase ends, and each phase's peak, keeping
-    what ``run_cached`` keeps alive (the fused and unfused graphs, hashes, the rewrite)."""
-    from client_lib.compute import _hash
+    what a run keeps alive (the fused and unfused graphs, hashes, the rewrite)."""
     from client_lib.execution.leases import lease_ttl, take_leases
     from client_lib.execution.specs import StoreRun
+    from client_lib.plan.hashed import hash_materialized
     from client_lib.plan.materialize import materialize, paused_gc
     from client_lib.plan.rewrite import cacheable_keys, rewrite
     from client_lib.policy.modes import resolve_policy
@@ -94,8 +94,10 @@ def _phases(x, cache, base: int) -> dict:
         return result
 
     fused = step("materialize", lambda: materialize([x]))
-    m, order, hashes = step("hash", lambda: _hash(fused, uuid.uuid4().hex, cache.signing_key))
-    hashes.digests = {k: hashes.digests[k] for k in m.keys}  # as run_cached: outputs' only
+    hashed = step("hash", lambda: hash_materialized(fused, uuid.uuid4().hex,
+                                                    cache.signing_key))
+    m, order, hashes = hashed.m, hashed.order, hashed.hashes
+    hashes.digests = {k: hashes.digests[k] for k in m.keys}  # as a run: outputs' only
     cacheable = cacheable_keys(m, hashes)
     hits = step("lookup", lambda: cache.lookup(set(cacheable.values())))
     run = StoreRun(cache, resolve_policy("auto"), uuid.uuid4().hex, lease_ttl=lease_ttl(),

@@ -1,9 +1,9 @@
 """Where a cold ``cached_compute`` spends its time, phase by phase (issue 17).
 
-Runs the steps of ``client_lib.compute.run_cached`` one by one on a graph from
+Runs the steps of a run (``client_lib.plan.run.Run``) one by one on a graph from
 ``bench/_graphs.py`` (materialise, unfuse, hash, lookup, rewrite, lease, run with the store
 wrappers and the wait for batched stores; docs/architecture.md, What flows where), each
-under ``cProfile`` (the graph phases without cyclic GC, as ``run_cached``), against a real
+under ``cProfile`` (the graph phases without cyclic GC, as a run does), against a real
 cache server with an empty namespace, and prints each phase's seconds, microseconds per
 Dask task and top functions by own time. A second, unprofiled pass gives the figures (the
 profiler slows Python code by ~2x). The baseline is ``dask.compute`` of the same graph in
@@ -26,10 +26,10 @@ from _graphs import GRAPHS, build
 from _harness import Ratio, cache_server, finish, parse_args
 
 from client_lib import CacheClient, cached_compute
-from client_lib.compute import _hash
 from client_lib.execution.leases import lease_ttl, take_leases
 from client_lib.execution.specs import StoreRun
-from client_lib.execution.tasks import flush_stores
+from client_lib.execution.store import flush_stores
+from client_lib.plan.hashed import hash_materialized
 from client_lib.plan.materialize import materialize, paused_gc
 from client_lib.plan.rewrite import cacheable_keys, rewrite
 from client_lib.policy.modes import resolve_policy
@@ -57,7 +57,7 @@ def phases(x, cache: CacheClient, policy: str, profile: bool) -> tuple[dict, dic
         start = time.perf_counter()
         if prof:
             prof.enable()
-        if paused:  # as run_cached does for the graph phases
+        if paused:  # as a run does for the graph phases
             with paused_gc():
                 out = fn()
         else:
@@ -74,7 +74,8 @@ def phases(x, cache: CacheClient, policy: str, profile: bool) -> tuple[dict, dic
     state["top"] = 12
     namespace = uuid.uuid4().hex
     fused = step("materialize", lambda: materialize([x]))
-    m, order, hashes = step("hash", lambda: _hash(fused, namespace, cache.signing_key))
+    hashed = step("hash", lambda: hash_materialized(fused, namespace, cache.signing_key))
+    m, order, hashes = hashed.m, hashed.order, hashed.hashes
     cacheable = cacheable_keys(m, hashes)
     hits = step("lookup", lambda: cache.lookup(set(cacheable.values())), paused=False)
     run = StoreRun(cache, resolve_policy(policy), uuid.uuid4().hex, lease_ttl=lease_ttl(),

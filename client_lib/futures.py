@@ -29,7 +29,7 @@ from dask._task_spec import Task, parse_input
 from dask.base import tokenize
 from dask.utils import funcname
 
-from .compute import cached_compute, read_only, refresh_requested, resolve_cache
+from .compute import cached_compute
 from .core.config import setting
 from .core.errors import ResultCacheError
 from .core.notices import warn_once
@@ -40,8 +40,10 @@ from .hashing import GraphHashes, hash_graph
 from .persist import cached_persist
 from .plan.known import external_keys, known_hashes, remember
 from .plan.report import CacheReport
+from .plan.run import look_up
 from .plan.runs import RunReporter, reporting
 from .plan.scheduler_hook import plain_dask
+from .plan.settings import read_only, refresh_requested, resolve_cache
 from .policy.expiry import default_ttl, parse_ttl
 from .policy.modes import resolve_policy
 from .transport.client import CacheClient
@@ -211,12 +213,10 @@ class CachedClient:
                              run.cache.signing_key)
         self._count(hashes, len(keys))
         wanted = {h for h in hashes.hashes.values()}
-        try:
-            hits = run.cache.lookup(wanted) if wanted else set()
-        except ResultCacheError as exc:
-            warn_once(f"CachedClient: cache server unreachable ({exc}); running calls "
-                      "without the cache", key=f"CachedClient: {run.cache.url}",
-                      user_warning=True)
+        hits, problem = look_up(run.cache, wanted) if wanted else (set(), None)
+        if problem is not None:
+            warn_once(f"CachedClient: {problem}; running calls without the cache",
+                      key=f"CachedClient: {run.cache.url}", user_warning=True)
             return [None] * len(keys), None
         specs: list[CallSpec | None] = []
         held = self.client.futures  # the scheduler keeps these keys' tasks: no lookup

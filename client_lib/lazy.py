@@ -34,10 +34,11 @@ from dask.base import is_dask_collection
 from dask.core import flatten
 from dask.utils import key_split
 
-from .compute import _hash, _namespace, resolve_cache
 from .core.errors import CacheEntryCorrupt, CacheEntryUntrusted, ResultCacheError
 from .execution.tasks import load_result
-from .plan.materialize import Materialized, materialize
+from .plan.hashed import hash_collections
+from .plan.materialize import Materialized
+from .plan.settings import namespace_of, resolve_cache
 from .transport.client import CacheClient
 from .transport.direct import Location
 from .wire.body_hash import root_of
@@ -66,7 +67,7 @@ def open_cached(collection: Any, *, cache: str | CacheClient | None = None,
     client = resolve_cache(cache)
     if client is None:
         raise ValueError("open_cached needs a cache: set result-cache.url or pass cache=")
-    namespace = _namespace(namespace)
+    namespace = namespace_of(namespace)
     is_array = _is_array(collection)
     _, [(output, label)] = _outputs(collection, client, namespace, optimize_graph, True)
     place = client.locate(output) if client.lookup([output]) else None
@@ -104,8 +105,10 @@ def _outputs(collection: Any, client: CacheClient, namespace: str, optimize_grap
              finalize: bool) -> tuple[Materialized, list[tuple[str, str]]]:
     """The graph ``cached_compute`` (``finalize``) or ``cached_persist`` would run, and
     (task hash, label) of each of its output keys; NotCached for a volatile one."""
-    m, _, hashes = _hash(materialize([collection], optimize_graph, finalize=finalize),
-                         namespace, client.signing_key)
+    hashed = hash_collections([collection], namespace=namespace,
+                              signing_key=client.signing_key, optimize_graph=optimize_graph,
+                              finalize=finalize)
+    m, hashes = hashed.m, hashed.hashes
     out = []
     for key in m.keys:
         task_hash = hashes.hashes.get(key)

@@ -15,7 +15,9 @@ from typing import Any
 from dask.base import is_dask_collection
 from dask.core import flatten
 
-from .compute import run_cached
+from .plan.run import Run
+from .plan.schedulers import Scheduler
+from .plan.settings import RunSettings
 from .transport.client import CacheClient
 
 __all__ = ["cached_persist"]
@@ -42,15 +44,13 @@ def cached_persist(
     if not positions:
         return args
     collections = [args[i] for i in positions]
-    from .compute import _distributed_client, _get_scheduler
-
-    distributed = _distributed_client(_get_scheduler(scheduler, collections)) is not None
-    if distributed:
+    if Scheduler(scheduler, collections).client is not None:
         compute_kwargs.setdefault("sync", False)
-    results, m = run_cached(collections, cache=cache, policy=policy, namespace=namespace,
-                            scheduler=scheduler, explain=explain,
-                            optimize_graph=optimize_graph, refresh=refresh,
-                            compute_kwargs=compute_kwargs, finalize=False)
+    run = Run(collections, RunSettings.read(cache, policy, namespace, refresh), scheduler,
+              compute_kwargs=compute_kwargs, optimize_graph=optimize_graph, finalize=False,
+              explain=explain)
+    results = run.compute()
+    m = run.graph
     by_key = dict(zip(m.keys, results, strict=True))
     out = list(args)
     for i, collection, keys in zip(positions, collections, m.nested_keys, strict=True):

@@ -23,8 +23,11 @@ from dask.base import unpack_collections
 
 from .core.errors import ResultCacheError
 from .execution.specs import StoreRun
-from .plan.rewrite import cacheable_keys, rewrite
+from .plan.hashed import hash_collections
+from .plan.rewrite import rewrite
+from .plan.run import look_up
 from .plan.runs import task_list, task_states
+from .plan.settings import NO_CACHE, namespace_of, resolve_cache
 from .policy.modes import resolve_policy
 
 __all__ = ["Plan", "plan", "task_graph_svg", "visualize"]
@@ -72,24 +75,20 @@ def plan(*args: Any, cache: Any = None, policy: Any = None, namespace: str | Non
     """What ``cached_compute(*args, ...)`` would do now, task by task, without running
     anything or storing. A server that cannot be asked gives a plan of computed tasks with
     the reason in ``fallback``."""
-    from .compute import _hash, _namespace, resolve_cache
-    from .plan.materialize import materialize
-
     collections, _ = unpack_collections(*args, traverse=traverse)
     if not collections:
         return Plan()
     client = resolve_cache(cache)
-    namespace = _namespace(namespace)
-    m, order, hashes = _hash(materialize(collections, optimize_graph), namespace,
-                             client.signing_key if client is not None else None)
-    cacheable = cacheable_keys(m, hashes)
+    hashed = hash_collections(collections, namespace=namespace_of(namespace),
+                              signing_key=client.signing_key if client is not None else None,
+                              optimize_graph=optimize_graph)
+    m, order, hashes = hashed.m, hashed.order, hashed.hashes
+    cacheable = hashed.cacheable()
     result = Plan()
-    try:
-        if client is None:
-            raise ResultCacheError("no cache configured (set result-cache.url or pass cache=)")
-        hits = client.lookup(set(cacheable.values()))
-    except ResultCacheError as exc:
-        hits, result.fallback = set(), str(exc)
+    if client is None:
+        hits, result.fallback = set(), NO_CACHE
+    else:
+        hits, result.fallback = look_up(client, set(cacheable.values()))
     run = StoreRun(client, resolve_policy(policy), "plan")  # type: ignore[arg-type]
     rewritten = rewrite(m, order, hashes, cacheable, hits, run)
     states = task_states(m.graph, order, hashes, hits, rewritten.loaded_keys,

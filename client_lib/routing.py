@@ -36,9 +36,9 @@ from typing import Any
 import dask.config
 
 from . import routed
-from .compute import refresh_requested
 from .core.config import setting
 from .core.notices import warn_once
+from .plan.settings import refresh_requested
 from .policy.modes import resolve_policy
 from .routed import OPTIONS, Router
 from .transport.client import CacheClient

@@ -44,7 +44,7 @@ from ..policy.costs import estimate, expected_seconds
 from ..wire.bounds import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 
 if TYPE_CHECKING:
-    from ..transport.client import CacheClient
+    from ..transport.interface import Transport
     from .specs import StoreRun, StoreSpec
 
 __all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
@@ -140,7 +140,7 @@ class Waited:
 
 
 def wait_for_holder(run: StoreRun, task_hash: str, label: str,
-                    load: Callable[[CacheClient, str, str], Any]) -> Waited:
+                    load: Callable[[Transport, str, str], Any]) -> Waited:
     """Wait (bounded) for the run leasing ``task_hash`` to store it; see the module."""
     cache = run.cache
     start = time.monotonic()
@@ -193,7 +193,7 @@ def _secede() -> bool:
 
 @dataclass
 class _Held:
-    cache: CacheClient
+    cache: Transport
     holder: str
     ttl: float
     label: str
@@ -211,7 +211,7 @@ class LeaseKeeper:
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._running: dict[tuple[str, str], _Held] = {}  # (holder, hash) -> lease
-        self._released: dict[tuple[CacheClient, str], set[str]] = {}
+        self._released: dict[tuple[Transport, str], set[str]] = {}
         self._thread: threading.Thread | None = None
         atexit.register(self.flush)
 
@@ -240,9 +240,9 @@ class LeaseKeeper:
             except ResultCacheError as exc:
                 logger.info("result cache: lease release failed (%s); they expire", exc)
 
-    def _due(self) -> dict[tuple[CacheClient, str, float], dict[str, float | None]]:
+    def _due(self) -> dict[tuple[Transport, str, float], dict[str, float | None]]:
         now = time.monotonic()
-        due: dict[tuple[CacheClient, str, float], dict[str, float | None]] = {}
+        due: dict[tuple[Transport, str, float], dict[str, float | None]] = {}
         for (holder, task_hash), held in self._running.items():
             if now - held.renewed >= held.ttl / 3:
                 held.renewed = now

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..policy.modes import Policy
-from ..transport.client import CacheClient
+from ..transport.interface import Transport
+from .tally import TALLIES, RunTally
 
 __all__ = ["StoreRun", "StoreSpec"]
 
@@ -15,7 +16,7 @@ __all__ = ["StoreRun", "StoreSpec"]
 class StoreRun:
     """What every store of one ``cached_compute`` call shares; pickled once per graph."""
 
-    cache: CacheClient
+    cache: Transport
     policy: Policy
     run_id: str  # also the holder of this run's leases
     lease_ttl: float = 60.0
@@ -24,6 +25,10 @@ class StoreRun:
     # caller then waits for them with flush_stores (cached_compute on a scheduler it can
     # reach every executing process of: threads, sync, a distributed client).
     batch: bool = False
+
+    def tally(self) -> RunTally:
+        """What this run's tasks did in this process (:mod:`.tally`)."""
+        return TALLIES.of(self.run_id)
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from ..core.errors import CacheAccessDenied, ResultCacheError
 from ..core.notices import warn_once
 from ..core.singleton import process_singleton
 from ..policy.speeds import STORE_SPEEDS
-from ..transport.client import CacheClient
+from ..transport.interface import Transport
 from ..wire.bounds import MAX_BATCH_ITEMS
 from ..wire.codec import Encoded
 
@@ -35,7 +35,7 @@ class Queued:
     """One result waiting to be stored; ``done(stored)`` runs on the queue's thread once
     the server answered (``stored`` False: not stored, whatever the reason)."""
 
-    cache: CacheClient
+    cache: Transport
     run_id: str
     task_hash: str
     encoded: Encoded

@@ -11,7 +11,7 @@ Dask's optimisation drops the annotations of the layers it fuses (blockwise fusi
 array and bag layers). The cache's own annotations (``cache``, ``cache_ttl``,
 ``cache_version``) are read from the collections' layers before optimising and put back
 on the unfused tasks they were made for, by the key Dask gave each task inside the fused
-one; scheduling annotations are restored by :mod:`client_lib.annotations`.
+one; scheduling annotations are restored by :mod:`client_lib.plan.annotations`.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 from ..execution.specs import StoreRun, StoreSpec
 from ..execution.tasks import load_result, run_and_store, run_group
 from ..hashing import GraphHashes
-from ..policy.budget import add_compute, mark_chain_links
+from ..policy.budget import mark_chain_links
 from ..policy.costs import expected_seconds
 from ..policy.expiry import default_ttl, parse_ttl
 from ..policy.modes import Policy
@@ -45,6 +45,9 @@ class Rewritten:
     computed_keys: list[Key]  # tasks that run
     specs: dict[Key, StoreSpec]  # the store wrappers, by key (leases are set on them)
     chained: int = 0  # of the wrapped, links of chains: never stored (client_lib/policy/budget.py)
+    # expected seconds of the tasks left unwrapped: the run counts them towards its store
+    # budget unmeasured (``auto``)
+    unwrapped: float = 0.0
 
 
 def _trivial(node: Task) -> bool:
@@ -120,12 +123,11 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
         mark_chain_links(specs, kept)
     unwrapped = _link_upstream(specs, kept, loaded_keys, task_hashes, order, policy)
     chained = sum(spec.chain_next is not None for spec in specs.values())
-    if unwrapped and policy.weighs_the_run:  # they count towards the store budget unmeasured
-        add_compute(run.run_id, unwrapped)
     executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
-                     loaded_keys, computed_keys, specs, chained)
+                     loaded_keys, computed_keys, specs, chained,
+                     unwrapped if policy.weighs_the_run else 0.0)
 
 
 def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],

@@ -30,7 +30,7 @@ from ..core.config import setting
 from ..core.errors import ResultCacheError
 from ..core.notices import warn_once
 from ..hashing import GraphHashes
-from ..transport.client import CacheClient
+from ..transport.interface import Transport
 from ..wire.bounds import MAX_RUN_TASKS
 from .report import CacheReport
 
@@ -130,7 +130,7 @@ def task_list(states: dict[Key, tuple[str, str | None]], graph: Mapping[Key, Gra
     return tasks
 
 
-def post_run(cache: CacheClient,
+def post_run(cache: Transport,
              body: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
     """Send a run summary (or what ``body()`` makes of it, on the way) from this process's
     poster thread, in order: the run never waits on the server for it; what is still
@@ -177,7 +177,7 @@ def _flush_at_exit() -> None:
                        _EXIT_SECONDS)
 
 
-_queue: queue.Queue[tuple[CacheClient, Any]] = queue.Queue()
+_queue: queue.Queue[tuple[Transport, Any]] = queue.Queue()
 _poster: threading.Thread | None = None
 _poster_lock = threading.Lock()
 atexit.register(_flush_at_exit)
@@ -187,7 +187,7 @@ class Progress(Callback):
     """Counts the tasks a local scheduler finishes and posts the count, at most once a
     second, from a thread of its own (a task never waits on the server)."""
 
-    def __init__(self, cache: CacheClient, summary: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, cache: Transport, summary: Callable[[], dict[str, Any]]) -> None:
         super().__init__()
         self.cache = cache
         self.summary = summary  # the counts, made by the thread when it first posts
@@ -240,7 +240,7 @@ class RunReporter:
     """The summaries of one run: :meth:`plan` when its rewrite is done (returns the context
     the run executes in: progress on local schedulers), :meth:`finish` at its end."""
 
-    def __init__(self, cache: CacheClient, run_id: str, graph: Mapping[Key, GraphNode],
+    def __init__(self, cache: Transport, run_id: str, graph: Mapping[Key, GraphNode],
                  order: list[Key], hashes: GraphHashes, hits: Set[str], local: bool) -> None:
         self.cache, self.run_id = cache, run_id
         self.graph, self.order, self.hashes, self.hits = graph, order, hashes, hits

@@ -7,7 +7,7 @@ it ahead of a default client and the collections' defaults. The cache then needs
 scheduler Dask would have chosen without it (:meth:`SchedulerHook.dask_choice`), and must
 never route a computation it started itself (:func:`plain_dask`). The routing proper is
 ``client_lib.routing``'s; this module imports nothing of the cache, so the modules below
-the entry points (``compute._get_scheduler``, ``plan.materialize``) can use it.
+the entry points (``plan.schedulers``, ``plan.materialize``) can use it.
 """
 
 from __future__ import annotations

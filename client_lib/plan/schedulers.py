@@ -1,6 +1,8 @@
-"""Submitting a rewritten graph to a ``distributed.Client``. docs/architecture.md, The rewrite.
+"""The scheduler a run executes on (:class:`Scheduler`: Dask's local ones, a process pool,
+a ``distributed.Client``), and submitting a rewritten graph to a ``distributed.Client``.
+docs/architecture.md, The rewrite.
 
-Two things differ from the local schedulers:
+On a cluster, two things differ from the local schedulers:
 
 - Keys get a per-submission suffix. The scheduler reuses a key it still holds in memory
   (from the user's own futures or an earlier submission): our store wrapper would then
@@ -15,21 +17,96 @@ the workers).
 from __future__ import annotations
 
 import logging
+import sys
 import uuid
-from collections.abc import Hashable, Mapping, Set
+from collections.abc import Callable, Hashable, Mapping, Set
 from typing import Any
 
+import dask.config
 from dask._task_spec import GraphNode
+from dask.base import get_scheduler
 from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
+from ..execution.store import finish_here, flush_stores
+from ..execution.tally import RunTally
 from .materialize import Materialized
+from .scheduler_hook import SchedulerHook, plain_dask
 
-__all__ = ["finish_on_workers", "submit", "submit_checked"]
+__all__ = ["Scheduler", "finish_on_workers", "submit", "submit_checked"]
 
 logger = logging.getLogger("client_lib")
 
 Key = Hashable
 _OWN_ANNOTATIONS = frozenset({"cache", "cache_version", "cache_ttl"})
+
+
+class Scheduler:
+    """Where a run executes: ``schedule`` (what ``dask.compute`` would call), ``client``
+    when that is a ``distributed.Client``'s, ``local`` for the threaded and synchronous
+    schedulers (every task runs in this process)."""
+
+    def __init__(self, scheduler: Any, collections: list) -> None:
+        self.schedule = _get_scheduler(scheduler, collections)
+        owner = getattr(self.schedule, "__self__", None)
+        self.client = (owner if owner is not None and type(owner).__name__ == "Client"
+                       and hasattr(owner, "scheduler") else None)
+        import dask.local
+        import dask.threaded
+
+        self.local = self.schedule in (dask.threaded.get, dask.local.get_sync)
+
+    def returns_futures(self, kwargs: dict[str, Any]) -> bool:
+        """Whether the run returns futures (``sync=False`` on a cluster)."""
+        return self.client is not None and kwargs.get("sync", True) is False
+
+    def can_batch(self, kwargs: dict[str, Any]) -> bool:
+        """Whether a run's stores may be queued (client_lib/execution/store_queue.py):
+        every process that runs its tasks can be asked to wait for them before the run
+        returns. Not so for worker processes of the multiprocessing scheduler, nor for
+        futures (``sync=False``)."""
+        return self.local or (self.client is not None and not self.returns_futures(kwargs))
+
+    def run(self, graph: dict[Key, GraphNode], m: Materialized, kwargs: dict[str, Any],
+            pinned: Set[Key] | None = None, loads: list[Key] | None = None) -> Any:
+        """Run ``graph`` for the outputs of ``m`` (which also carries the annotations).
+        ``pinned`` keys keep their names on a cluster; ``None``: a graph without cache
+        tasks, every key keeps its name. When the run returns futures, it waits for the
+        ``loads`` (a failed one raises here, not in a future)."""
+        with plain_dask():  # the cache's own submission: never routed (client_lib.routing)
+            if self.client is None:
+                return self.schedule(graph, m.keys, **kwargs)
+            if self.returns_futures(kwargs) and loads:
+                return submit_checked(self.client, graph, m.keys, loads, kwargs, m, pinned)
+            return submit(self.client, graph, m.keys, kwargs, m, keep_names=pinned)
+
+    def wait_for_stores(self, run_id: str) -> RunTally | None:
+        """Wait for the run's queued stores here, or on every worker of its cluster (whose
+        tallies come back in the same call)."""
+        if self.client is None:
+            flush_stores(run_id)
+            return None
+        return finish_on_workers(self.client, run_id)
+
+
+def _get_scheduler(scheduler: Any, collections: list) -> Callable:
+    """``dask.base.get_scheduler``, without importing ``distributed`` when it cannot
+    matter: a process that never imported it has no client (the import costs ~0.3 s).
+    While the cache is enabled (``client_lib.routing``), the scheduler Dask would have
+    chosen without the hook: the rewritten graph must not be routed again."""
+    if "distributed" not in sys.modules and not dask.config.get("get", None):
+        from dask.base import named_schedulers
+
+        name = scheduler if scheduler is not None else dask.config.get("scheduler", None)
+        if isinstance(name, str) and name.lower() in named_schedulers:
+            return named_schedulers[name.lower()]
+        if name is None:
+            defaults = {c.__dask_scheduler__ for c in collections if c is not None}
+            if len(defaults) == 1:
+                return defaults.pop()
+    schedule = get_scheduler(scheduler=scheduler, collections=collections)
+    if isinstance(schedule, SchedulerHook):
+        schedule = schedule.dask_choice(collections)
+    return schedule
 
 
 def _suffixed(key: Key, suffix: str) -> Key:
@@ -112,37 +189,18 @@ def submit_checked(client: Any, graph: Mapping[Key, GraphNode], keys: list[Key],
     return outputs
 
 
-def finish_on_workers(client: Any, run_id: str) -> tuple[dict[str, float], list[str], set[str]]:
+def finish_on_workers(client: Any, run_id: str) -> RunTally:
     """Wait for the run's queued stores on every worker, then collect (and forget there)
-    what its tasks counted, why large results were or were not stored, and the hashes
-    they stored: one round trip to the workers, not one per question."""
-    counts: dict[str, float] = {}
-    decisions: list[str] = []
-    stored: set[str] = set()
+    what its tasks did there, summed: one round trip to the workers."""
+    tally = RunTally()
     try:
-        per_worker = client.run(_finish_here, run_id)
-    except Exception as exc:  # a worker that left took its queue and its tallies with it
+        per_worker = client.run(finish_here, run_id)
+    except Exception as exc:  # a worker that left took its queue and its tally with it
         logger.warning("cached_compute: could not wait for the stores on every worker: %s",
                        exc)
-        return counts, decisions, stored
-    for error, worker_counts, lines, hashes in per_worker.values():
+        return tally
+    for error, worker_tally in per_worker.values():
         if error:
             logger.warning("cached_compute: could not wait for a worker's stores: %s", error)
-        for what, n in worker_counts.items():
-            counts[what] = counts.get(what, 0) + n
-        decisions += lines
-        stored |= hashes
-    return counts, decisions, stored
-
-
-def _finish_here(run_id: str) -> tuple[str | None, dict[str, float], list[str], set[str]]:
-    """On a worker: :func:`finish_on_workers`' part (a failed wait still hands over the
-    tallies)."""
-    from ..execution.tasks import flush_stores, pop_counts, pop_decisions, pop_stored
-
-    try:
-        flush_stores(run_id)
-        error = None
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    return error, pop_counts(run_id), pop_decisions(run_id), pop_stored(run_id)
+        tally.merge(worker_tally)
+    return tally

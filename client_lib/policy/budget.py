@@ -8,7 +8,7 @@ shape) and how much storing the run can afford (kept on each worker while it run
   waste. Such specs carry ``chain_next`` and the worker skips them without measuring their
   size. A result that feeds a requested output, or several tasks, stays a candidate: it
   is what a run with an edited last step, or another branch, reuses.
-- **The store budget** (:func:`decide`, on the worker). The intermediates a run stores
+- **The store budget** (:class:`RunBudget`, on the worker). The intermediates a run stores
   may cost, in estimated store seconds (:meth:`AutoPolicy.store_seconds`), at most
   ``result-cache.auto.store-budget`` (a fraction) of the seconds the run's tasks have
   computed so far. Per process, shared by its threads: on a cluster each worker weighs its
@@ -16,9 +16,10 @@ shape) and how much storing the run can afford (kept on each worker while it run
   grows with the run, later (downstream) results find what earlier ones left. Requested
   outputs keep their own rule and do not use the budget.
 
-Per-task cost: one dict update per computed task (:func:`add_compute`, no lock: a lost
-update under a thread race only lowers the budget). The lock is taken only for results
-the policy weighs with their size.
+Per-task cost: one float update per computed task (:meth:`RunBudget.add_compute`, no
+lock: a lost update under a thread race only lowers the budget). The lock is taken only
+for results the policy weighs with their size. Each run's :class:`RunBudget` lives in its
+tally (client_lib/execution/tally.py), one per run and process.
 """
 
 from __future__ import annotations
@@ -29,15 +30,12 @@ from dataclasses import replace
 
 from dask._task_spec import GraphNode
 
+from .decisions import StoreDecision
 from .modes import Candidate, Policy
 
-__all__ = ["add_compute", "decide", "mark_chain_links", "pop_budget"]
+__all__ = ["RunBudget", "mark_chain_links"]
 
 Key = Hashable
-_RUNS = 1000  # runs remembered per process; forgetting one only restarts its budget
-_compute: dict[str, float] = {}  # run id -> seconds its tasks computed in this process
-_spent: dict[str, float] = {}  # run id -> estimated store seconds admitted here
-_lock = threading.Lock()
 
 
 def mark_chain_links(specs: dict, kept: dict[Key, GraphNode]) -> int:
@@ -59,40 +57,44 @@ def mark_chain_links(specs: dict, kept: dict[Key, GraphNode]) -> int:
     return marked
 
 
-def add_compute(run_id: str, seconds: float) -> None:
-    """Count a computed task's seconds towards its run's budget in this process."""
-    compute = _compute
-    before = compute.get(run_id)
-    if before is None:
-        if len(compute) >= _RUNS:
-            with _lock:
-                compute.clear()
-                _spent.clear()
-        before = 0.0
-    compute[run_id] = before + seconds
+class RunBudget:
+    """One run's store budget in one process: the seconds its tasks computed here and the
+    estimated store seconds admitted so far. Thread safe."""
 
+    def __init__(self) -> None:
+        self.compute_seconds: float | None = None  # None: no task computed here yet
+        self.store_seconds = 0.0
+        self._lock = threading.Lock()
 
-def decide(run_id: str, policy: Policy, c: Candidate) -> tuple[bool, str]:
-    """The policy's decision on ``c``, given what the run computed and admitted so far in
-    this process; an admitted result's store seconds are charged to the run at once."""
-    if not policy.weighs_the_run:
-        return policy.decide(c)
-    with _lock:
-        c = replace(c, run_compute_seconds=_compute.get(run_id, 0.0),
-                    run_store_seconds=_spent.get(run_id, 0.0))
-        stored, why = policy.decide(c)
-        if stored:
-            cost = policy.budget_seconds(c)
-            if cost:
-                _spent[run_id] = c.run_store_seconds + cost
-    return stored, why
+    def add_compute(self, seconds: float) -> None:
+        """Count a computed task's seconds (no lock: a lost update only lowers the budget)."""
+        self.compute_seconds = (self.compute_seconds or 0.0) + seconds
 
+    def decide(self, policy: Policy, c: Candidate) -> StoreDecision:
+        """The policy's decision on ``c``, given what the run computed and admitted so far
+        here; an admitted result's store seconds are charged to the run at once."""
+        if not policy.weighs_the_run:
+            return policy.decide(c)
+        with self._lock:
+            c = replace(c, run_compute_seconds=self.compute_seconds or 0.0,
+                        run_store_seconds=self.store_seconds)
+            decision = policy.decide(c)
+            if decision.store:
+                cost = policy.budget_seconds(c)
+                if cost:
+                    self.store_seconds = c.run_store_seconds + cost
+        return decision
 
-def pop_budget(run_id: str) -> dict[str, float]:
-    """What ``run_id`` computed and spent on stores in this process (and forget it)."""
-    with _lock:
-        compute = _compute.pop(run_id, None)
-        spent = _spent.pop(run_id, 0.0)
-    if compute is None:
-        return {}
-    return {"compute-seconds": compute, "store-seconds": spent}
+    def merge(self, other: RunBudget) -> None:
+        """Add another process's budget of the same run (a cluster's workers)."""
+        if other.compute_seconds is not None:
+            self.compute_seconds = (self.compute_seconds or 0.0) + other.compute_seconds
+        self.store_seconds += other.store_seconds
+
+    def __getstate__(self) -> dict:
+        return {"compute_seconds": self.compute_seconds, "store_seconds": self.store_seconds}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+        self.compute_seconds = state["compute_seconds"]
+        self.store_seconds = state["store_seconds"]

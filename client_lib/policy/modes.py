@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..core.config import setting
+from .decisions import OVER_BUDGET, Reason, StoreDecision
 
 __all__ = [
     "LARGE_BYTES",
-    "OVER_BUDGET",
     "AllPolicy",
     "AutoPolicy",
     "CallablePolicy",
@@ -28,6 +28,7 @@ __all__ = [
     "NonePolicy",
     "OutputsPolicy",
     "Policy",
+    "StoreDecision",
     "resolve_policy",
 ]
 
@@ -35,8 +36,6 @@ __all__ = [
 #: Results this large are "large": ``auto`` stores them, outputs included, only when they
 #: pay back, and the run report says why each was or was not stored.
 LARGE_BYTES = 2**20
-#: Why an intermediate that pays was not stored (the run report counts these).
-OVER_BUDGET = "over the run's store budget"
 
 
 @dataclass(frozen=True)
@@ -84,10 +83,11 @@ class Policy(ABC):
     def should_store(self, c: Candidate) -> bool:
         """The decision, on the worker, once the result exists."""
 
-    def decide(self, c: Candidate) -> tuple[bool, str]:
-        """The decision and why, for the run report."""
+    def decide(self, c: Candidate) -> StoreDecision:
+        """The decision, its reason and the numbers behind it (for the run report)."""
         stored = self.should_store(c)
-        return stored, f"policy {type(self).__name__} says {'store' if stored else 'skip'}"
+        return StoreDecision(stored, Reason.POLICY, f"policy {type(self).__name__} says "
+                             f"{'store' if stored else 'skip'}")
 
     def budget_seconds(self, c: Candidate) -> float:
         """What storing ``c`` takes from the run's store budget (``weighs_the_run``)."""
@@ -136,9 +136,9 @@ class AutoPolicy(Policy):
         return is_output or cost_seconds > self.latency
 
     def should_store(self, c: Candidate) -> bool:
-        return self.decide(c)[0]
+        return self.decide(c).store
 
-    def decide(self, c: Candidate) -> tuple[bool, str]:
+    def decide(self, c: Candidate) -> StoreDecision:
         recompute = c.compute_seconds + c.upstream_seconds
         if c.load_seconds is not None:
             load = c.load_seconds
@@ -150,17 +150,18 @@ class AutoPolicy(Policy):
         why = (f"recompute {recompute:.3g} s {'>' if pays else '<='} load {load:.3g} s "
                f"({basis})")
         if c.is_output and not pays and c.nbytes < LARGE_BYTES:
-            return True, f"requested output; {why}"
+            return StoreDecision(True, Reason.OUTPUT, f"requested output; {why}")
         if not pays or c.is_output or c.run_compute_seconds is None:
-            return pays, why
+            return StoreDecision(pays, Reason.PAYS if pays else Reason.DOES_NOT_PAY, why)
         cost = self.store_seconds(c)
         allowed = self.budget * c.run_compute_seconds
         budget = (f"storing it ~{cost:.3g} s, the run's stores {c.run_store_seconds:.3g} s "
                   f"of {allowed:.3g} s ({self.budget:.0%} of {c.run_compute_seconds:.3g} s "
                   "computed)")
         if c.run_store_seconds + cost > allowed:
-            return False, f"{OVER_BUDGET}: {budget}; {why}"
-        return True, f"{why}; within the run's store budget: {budget}"
+            return StoreDecision(False, Reason.OVER_BUDGET, f"{OVER_BUDGET}: {budget}; {why}")
+        return StoreDecision(True, Reason.WITHIN_BUDGET,
+                             f"{why}; within the run's store budget: {budget}")
 
 
 @dataclass(frozen=True)

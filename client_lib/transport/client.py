@@ -31,6 +31,7 @@ from ..wire.bounds import LEASE_BATCH, LOOKUP_BATCH, MAX_COMPUTE_SECONDS
 from . import signatures
 from .downloads import Downloads
 from .endpoints import normalize_urls
+from .interface import Transport
 from .loads import Loads
 from .pool import Pool
 from .signatures import FROM_CONFIG
@@ -40,8 +41,9 @@ __all__ = ["CacheClient"]
 
 
 
-class CacheClient(Loads):
-    """A client of one cache server. Thread safe; cheap to pickle (only URL and token
+class CacheClient(Loads, Transport):
+    """A client of one cache server over HTTP (the :class:`~.interface.Transport` every
+    run uses, unless handed another). Thread safe; cheap to pickle (only URL and token
     travel, the connection pool is rebuilt in each process).
 
     ``from_config=True`` marks a client whose URL came from ``dask.config`` rather than an

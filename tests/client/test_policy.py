@@ -6,6 +6,7 @@ from __future__ import annotations
 import dask
 import pytest
 
+from client_lib.policy.decisions import Reason
 from client_lib.policy.modes import AutoPolicy, Candidate, resolve_policy
 
 
@@ -26,20 +27,22 @@ def test_auto_stores_what_costs_more_to_recompute_than_to_load() -> None:
 def test_auto_stores_large_outputs_only_when_they_pay_back() -> None:
     """Issue 12: a 2 GiB array computed in 3.8 s that loads in ~14 s is not stored."""
     policy = AutoPolicy(latency=0.005, throughput=150e6)
-    stored, why = policy.decide(_candidate(3.8, 2 * 2**30, is_output=True))
+    decision = policy.decide(_candidate(3.8, 2 * 2**30, is_output=True))
+    stored, why = decision.store, decision.why
     assert not stored
     assert why.startswith("recompute 3.8 s <= load 14.3 s (default 0.15 GB/s")
-    assert policy.decide(_candidate(30.0, 2 * 2**30, is_output=True))[0]
+    assert policy.decide(_candidate(30.0, 2 * 2**30, is_output=True)).store
 
 
 def test_auto_uses_the_load_speed_this_worker_learned() -> None:
     policy = AutoPolicy(latency=0.005, throughput=150e6)
     fast = Candidate("0" * 32, "f", 3.8, 0.0, 2 * 2**30, True, "ndarray", 1.4, 5)
-    stored, why = policy.decide(fast)  # direct reads at ~1.5 GB/s: now it pays
+    decision = policy.decide(fast)  # direct reads at ~1.5 GB/s: now it pays
+    stored, why = decision.store, decision.why
     assert stored and why == ("recompute 3.8 s > load 1.4 s (learned from 5 recent ndarray "
                               "load(s))")
     slow = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, "pickle", 0.9, 3)
-    assert not policy.decide(slow)[0]
+    assert not policy.decide(slow).store
 
 
 @pytest.mark.parametrize("seconds", [0.0, 0.001, 0.004, 0.005, 0.006, 0.02, 1.0])
@@ -90,21 +93,24 @@ def test_auto_stores_intermediates_within_the_run_budget_only() -> None:
                         store_throughput=1e8)
     result = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0)
     assert policy.store_seconds(result) == pytest.approx(0.101)
-    stored, why = policy.decide(result)  # 0.101 s of 0.2 s
+    decision = policy.decide(result)  # 0.101 s of 0.2 s
+    stored, why = decision.store, decision.why
     assert stored and why.endswith("within the run's store budget: storing it ~0.101 s, "
                                    "the run's stores 0 s of 0.2 s (10% of 2 s computed)")
     spent = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0,
                       run_store_seconds=0.15)
-    stored, why = policy.decide(spent)
+    decision = policy.decide(spent)
+    stored, why = decision.store, decision.why
     assert not stored and why.startswith("over the run's store budget: storing it ~0.101 s")
+    assert decision.reason is Reason.OVER_BUDGET  # what the run's tally counts, as data
     assert policy.budget_seconds(result) == pytest.approx(0.101)
     learned = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, store_rate=1e-9,
                         run_compute_seconds=2.0, run_store_seconds=0.15)
-    assert policy.decide(learned)[0]  # stores at 1 GB/s: 0.011 s fits
+    assert policy.decide(learned).store  # stores at 1 GB/s: 0.011 s fits
     output = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, True, run_compute_seconds=0.0)
-    assert policy.decide(output)[0] and policy.budget_seconds(output) == 0.0
+    assert policy.decide(output).store and policy.budget_seconds(output) == 0.0
     cheap = Candidate("0" * 32, "f", 0.0001, 0.0, 10**7, False, run_compute_seconds=100.0)
-    assert not policy.decide(cheap)[0]  # does not pay, whatever the budget
+    assert not policy.decide(cheap).store  # does not pay, whatever the budget
 
 
 def test_the_store_budget_comes_from_config() -> None:

@@ -15,8 +15,8 @@ import dask
 import pytest
 
 from client_lib import CacheClient
-from client_lib.compute import resolve_cache
 from client_lib.core.signing import SigningKey
+from client_lib.plan.settings import resolve_cache
 from client_lib.wire.body_hash import body_root
 
 SECRET = "3f" * 32

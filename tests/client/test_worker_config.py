@@ -9,7 +9,7 @@ import pickle
 import dask
 
 from client_lib import CacheClient
-from client_lib.compute import resolve_cache
+from client_lib.plan.settings import resolve_cache
 
 HOST_URL = "http://localhost:8780"
 STACK_URL = "http://cache-server:8780"

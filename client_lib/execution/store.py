@@ -1,0 +1,200 @@
+"""Storing a computed result, on whatever executes the task: offered to the policy once
+(the decision is data, :class:`~client_lib.policy.decisions.StoreDecision`), uploaded
+(``PUT``) or queued for a batch (:mod:`.store_queue`), and counted in the run's tally
+(:mod:`.tally`). A store never fails the task: whatever happens to the upload, the value
+is returned unchanged by the caller.
+
+What is never stored: ``None`` (a task that returns nothing exists for its side effect,
+which a load would skip) and handles to external state (client_lib/hashing/handles.py).
+The warnings a stored task raised, and those of the tasks upstream of it that ran here,
+are stored with its result and raised again when it is loaded (:mod:`.replay`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dask.sizeof import sizeof
+
+from ..core.errors import CacheAccessDenied, CacheUnavailable
+from ..core.notices import warn_once
+from ..hashing.handles import is_handle
+from ..policy.costs import record_seconds
+from ..policy.decisions import Reason, StoreDecision
+from ..policy.modes import Candidate
+from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
+from ..wire import codec
+from ..wire.bounds import MAX_BATCH_OBJECT_BYTES
+from .leases import release_leases
+from .replay import RecordedWarning, WarnedValue, merge
+from .specs import StoreSpec
+from .store_queue import Queued, StoreQueue
+from .tally import TALLIES, RunTally
+
+__all__ = ["finish_here", "flush_stores", "maybe_store", "remember_warnings"]
+
+_CHAIN_LIMIT = 100_000
+# What this process learned of each task hash it computed or loaded, for the tasks
+# downstream of it: the cost to recompute its uncached chain, and the warnings it and its
+# upstream raised (or it was loaded with). Plain dicts, forgotten whole at the limit: item
+# assignment is atomic under the GIL, and losing them only lowers an estimate or loses
+# warnings to replay, never makes a result wrong.
+_chain_seconds: dict[str, float] = {}
+_chain_warnings: dict[str, tuple[RecordedWarning, ...]] = {}
+
+
+def maybe_store(spec: StoreSpec, value: Any, seconds: float,
+                raised: list[RecordedWarning]) -> bool:
+    """Offer a computed value to the policy; store it if chosen. Never raises; True if the
+    server holds the value now (or will, once its queued batch is answered)."""
+    record_seconds(spec.label, seconds, bool(raised))  # its next tasks: lease, wrap?
+    run = spec.run
+    tally = run.tally()
+    if tally.lost is not None:
+        return False  # the server failed this run already: never wait on it again
+    try:
+        upstream = _upstream_seconds(spec.dep_hashes)
+        _record_chain(spec.task_hash, seconds + upstream)
+        warned = _warnings_with_upstream(spec, raised)
+        tally.budget.add_compute(seconds)
+        if value is None or is_handle(value):
+            return False  # a side effect's marker, or a handle: a load could not stand for it
+        if not spec.overwrite and (spec.chain_next is not None or not run.policy.may_store(
+                seconds + upstream, spec.is_output)):
+            # No size measured (the shortcut exists to skip it); an array says its own.
+            nbytes = getattr(value, "nbytes", 0)
+            if isinstance(nbytes, int):
+                tally.decided(spec.label, nbytes, _unweighed(spec, seconds + upstream))
+            return False
+        nbytes = sizeof(value)
+        decision = (StoreDecision(True, Reason.REFRESH, "refresh") if spec.overwrite
+                    else tally.budget.decide(run.policy, _candidate(spec, value, seconds,
+                                                                    upstream, nbytes)))
+        tally.decided(spec.label, nbytes, decision)
+        if decision.store:
+            return _store(spec, _encoded(value, warned), seconds, nbytes, tally)
+    except CacheUnavailable as exc:
+        tally.lose(str(exc))
+        warn_once(f"result cache: storing results failed; this run stores nothing more: "
+                  f"{exc}", key=f"store failed: {run.cache.url}")
+    except CacheAccessDenied as exc:  # one message per server and problem
+        warn_once(f"result cache: {run.cache.url} refused to store results "
+                  f"({exc.status}: {exc.hint}); continuing without storing")
+    except Exception as exc:  # a cache problem must never fail the computation
+        warn_once(f"result cache: could not store a {type(value).__name__} "
+                  f"({spec.label}): {type(exc).__name__}: {exc}")
+    return False
+
+
+def _unweighed(spec: StoreSpec, chain_seconds: float) -> StoreDecision:
+    """Why a result was skipped before the policy weighed it (for the report)."""
+    if spec.chain_next is not None:
+        return StoreDecision(False, Reason.CHAIN_LINK,
+                             f"a link of a chain going on to {spec.chain_next}")
+    return StoreDecision(False, Reason.CHEAP,
+                         f"recompute {chain_seconds:.3g} s costs less than any load")
+
+
+def _candidate(spec: StoreSpec, value: Any, seconds: float, upstream: float,
+               nbytes: int) -> Candidate:
+    kind = codec.kind_of(value)
+    learned = LOAD_SPEEDS.estimate(kind, nbytes)
+    return Candidate(spec.task_hash, spec.label, seconds, upstream, nbytes, spec.is_output,
+                     kind, *(learned or (None, 0)), store_rate=STORE_SPEEDS.rate())
+
+
+def _store(spec: StoreSpec, enc: codec.Encoded, seconds: float, nbytes: int,
+           tally: RunTally) -> bool:
+    """Upload a chosen result (small ones of a batching run: queued). The entry records
+    the task's own time (the chain is only this run's estimate, for the policy)."""
+    run = spec.run
+    if run.batch and not spec.overwrite and enc.nbytes <= MAX_BATCH_OBJECT_BYTES:
+        _queue_store(spec, enc, seconds, tally)
+        return True
+    start = time.perf_counter()
+    if run.cache.put(spec.task_hash, enc, seconds, spec.label, ttl=spec.ttl,
+                     overwrite=spec.overwrite, run=run.run_id):
+        STORE_SPEEDS.record(enc.nbytes, time.perf_counter() - start)
+        tally.stored_one(spec.task_hash, nbytes)
+        return True
+    if spec.overwrite:  # no room for the new value: never serve the old one
+        run.cache.delete(spec.task_hash)
+    return False
+
+
+def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float,
+                 tally: RunTally) -> None:
+    """Hand a small encoded result to the process's :class:`StoreQueue`; its outcome is
+    counted (or its lease released) once the server answered."""
+    run = spec.run
+    if enc.kind == "ndarray":  # the task's own array: a later task may change it in place
+        enc.body = memoryview(bytes(enc.body))
+
+    def done(stored: bool) -> None:
+        if stored:
+            tally.stored_one(spec.task_hash, enc.nbytes)
+        elif spec.lease is not None:  # held (or taken over from a holder that let go)
+            release_leases(run, [spec.task_hash])
+
+    StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc, seconds,
+                                   spec.label, spec.ttl, done))
+
+
+def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> codec.Encoded:
+    """What to upload: the value encoded, or the value with its warnings (then always a
+    pickle, labelled with the value's own type)."""
+    if not warned:
+        return codec.encode(value)
+    enc = codec.encode(WarnedValue(value, warned))
+    enc.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
+    return enc
+
+
+def flush_stores(run_id: str) -> None:
+    """Wait until every result ``run_id`` queued in this process is stored or failed."""
+    StoreQueue.get().wait(run_id)
+
+
+def finish_here(run_id: str) -> tuple[str | None, RunTally]:
+    """On a worker: wait for the run's queued stores, then hand over (and forget) its
+    tally; a failed wait still hands it over, with the error."""
+    try:
+        flush_stores(run_id)
+        error = None
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    return error, TALLIES.take(run_id)
+
+
+def remember_warnings(task_hash: str, warned: tuple[RecordedWarning, ...]) -> None:
+    """A loaded result's warnings, for the stores downstream of it to record too."""
+    _chain_warnings[task_hash] = warned
+
+
+def _upstream_seconds(dep_hashes: tuple[str, ...]) -> float:
+    """The most expensive uncached chain among the dependencies, if computed here."""
+    if not dep_hashes:  # most tasks of a wide graph: no generator to build
+        return 0.0
+    get = _chain_seconds.get
+    return max((get(h, 0.0) for h in dep_hashes), default=0.0)
+
+
+def _record_chain(task_hash: str, seconds: float) -> None:
+    if len(_chain_seconds) >= _CHAIN_LIMIT:
+        _chain_seconds.clear()
+    _chain_seconds[task_hash] = seconds
+
+
+def _warnings_with_upstream(spec: StoreSpec,
+                            raised: list[RecordedWarning]) -> tuple[RecordedWarning, ...]:
+    """The warnings a load of this result must raise: its own and its upstream's."""
+    get = _chain_warnings.get
+    upstream = [w for h in spec.dep_hashes if (w := get(h))] if spec.dep_hashes else ()
+    if not raised and not upstream:
+        return ()
+    found = merge(raised, *upstream)
+    if len(_chain_warnings) >= _CHAIN_LIMIT:  # forgetting only loses warnings to replay
+        _chain_warnings.clear()
+    _chain_warnings[spec.task_hash] = found
+    return found

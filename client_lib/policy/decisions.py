@@ -1,0 +1,45 @@
+"""A store decision as data: whether a computed result is stored, the reason (an enum the
+run's tally counts by) and the numbers behind it (the text the run report prints). Made
+once, where the result is weighed, and never re-read from its text."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["OVER_BUDGET", "Reason", "StoreDecision"]
+
+#: Why an intermediate that pays was not stored (the report's wording).
+OVER_BUDGET = "over the run's store budget"
+
+
+class Reason(enum.Enum):
+    """Why a result was or was not stored."""
+
+    REFRESH = "refresh: the entry is replaced, whatever the policy says"
+    POLICY = "the policy's own rule (all, outputs, none, a callable)"
+    OUTPUT = "a requested output that is not large"
+    PAYS = "recomputing costs more than a load"
+    DOES_NOT_PAY = "a load costs at least as much as recomputing"
+    WITHIN_BUDGET = "it pays and fits the run's store budget"
+    OVER_BUDGET = "it pays but the run's store budget is spent"
+    CHAIN_LINK = "a link of a chain whose later step may be stored"
+    CHEAP = "cheaper to recompute than any load (its size not even measured)"
+
+
+@dataclass(frozen=True)
+class StoreDecision:
+    """``store``: whether to store; ``reason``; ``why``: the numbers, as the report says."""
+
+    store: bool
+    reason: Reason
+    why: str
+
+    def line(self, label: str, nbytes: int) -> str:
+        """The run report's line for a large result."""
+        return (f"{label} ({_size(nbytes)}): {'stored' if self.store else 'not stored'}: "
+                f"{self.why}")
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
