@@ -58,7 +58,6 @@ def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
 def test_every_handler_and_dask_tokenize_is_stable_across_processes(h5_file):
     """Each value the corpus's graphs hold, hashed on its own in two fresh processes with
     other hash seeds: a handler or ``__dask_tokenize__`` that mixes in the process (an
@@ -76,6 +75,7 @@ def test_every_handler_and_dask_tokenize_is_stable_across_processes(h5_file):
     assert sum(len(d) for d in first.values()) > 200
 
 
+@pytest.mark.slow
 def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
     from distributed import Client, LocalCluster
 

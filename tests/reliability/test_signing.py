@@ -89,6 +89,7 @@ def victim_stores_then_attacker_replaces(server: RunningServer, marker: Path,
 # -- with a key: the payload never runs -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_replaced_entry_is_never_unpickled_with_a_key(fresh_server, key, tmp_path):
     server = fresh_server()
     marker = tmp_path / "ran"
@@ -116,6 +117,7 @@ def test_a_replaced_entry_is_never_unpickled_with_a_key(fresh_server, key, tmp_p
     assert len(warned) == 1 and "result-cache.signing-key" in warned[0]
 
 
+@pytest.mark.slow
 def test_forged_and_replayed_signatures_are_refused(fresh_server, key, tmp_path):
     """A signature copied from another entry, or made up, does not bind the payload."""
     server = fresh_server()
@@ -138,6 +140,7 @@ def test_forged_and_replayed_signatures_are_refused(fresh_server, key, tmp_path)
     assert last_report().untrusted == 2 and last_report().loaded == 0
 
 
+@pytest.mark.slow
 def test_arrays_are_bound_to_their_task(fresh_server, key):
     server = fresh_server()
     ns = uuid.uuid4().hex
@@ -160,6 +163,7 @@ def big(n: int) -> np.ndarray:
     return np.arange(n, dtype="float64")  # stored as Zarr from 1 MiB on
 
 
+@pytest.mark.slow
 def test_large_objects_are_checked_the_same_way(fresh_server, key, tmp_path):
     """Objects large enough to take other storage and transfer paths (Zarr arrays, large
     blobs): nothing is decoded before the signature is checked."""
@@ -193,6 +197,7 @@ def test_hashes_cannot_be_computed_without_the_key(key):
     assert keyed.isdisjoint(task_hashes(value, namespace="another").values())
 
 
+@pytest.mark.slow
 def test_the_key_never_reaches_the_server(tmp_path, redis_url, key):
     with start_server(tmp_path / "server", redis_url=redis_url, log_level="debug",
                       redis_prefix=f"key-{uuid.uuid4().hex[:8]}:") as server:
@@ -240,6 +245,7 @@ def test_keygen_prints_a_new_random_key() -> None:
 # -- without a key: the documented risk ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_without_a_key_the_replaced_entry_runs(fresh_server, tmp_path):
     """The risk README.md and docs/protocol.md describe: whoever can write to the cache can
     run code in the process that loads a value. This is the reason for signing keys."""

@@ -52,7 +52,9 @@ class TestBucketStorage(StoreContract):
 
     @pytest.fixture
     def store(self, s3_url: str) -> ObjectStore:
-        return BucketStorage(s3_url)
+        # One S3FileSystem for all the tests (fsspec's instance cache; the listings cache
+        # stays off): a new one per test costs a botocore session, about 0.5 s each.
+        return BucketStorage(s3_url, skip_instance_cache=False)
 
     def plant_crash_leftovers(self, store: ObjectStore, digest: str) -> list[str]:
         """Blobs whose sidecar never came (a crash between completing the upload and
