@@ -47,6 +47,7 @@ class TestParquetStore(StoreContract):
         return ParquetStore(tmp_path / "parquet")
 
 
+@pytest.mark.slow  # moto's S3 server, a process of its own answering every request
 class TestBucketStorage(StoreContract):
     """The same contract on S3 (moto's server on a local port)."""
 
