@@ -7,6 +7,8 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,10 +30,31 @@ def test_one_script_per_measure() -> None:
     ]
 
 
+@pytest.fixture(scope="module")
+def smoke_runs(request: pytest.FixtureRequest
+               ) -> Iterator[dict[str, Future[subprocess.CompletedProcess[str]]]]:
+    """The ``--smoke`` runs of the selected scripts, two at a time: they share nothing
+    (each has its own servers, ports and directories, and no ratio is asserted), and one
+    alone mostly leaves the second core idle (the script and its server take turns)."""
+    selected = [item.callspec.params["script"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_script_runs_and_prints_its_ratios"
+                and item.module is request.module]
+    with ThreadPoolExecutor(2) as pool:
+        runs = {script: pool.submit(subprocess.run, [sys.executable, f"bench/{script}",
+                                                     "--smoke"], cwd=REPO,
+                                    capture_output=True, text=True, timeout=600)
+                for script in selected}
+        try:
+            yield runs
+        finally:
+            for run in runs.values():
+                run.cancel()
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_script_runs_and_prints_its_ratios(script: str) -> None:
-    done = subprocess.run([sys.executable, f"bench/{script}", "--smoke"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+def test_script_runs_and_prints_its_ratios(
+        script: str, smoke_runs: dict[str, Future[subprocess.CompletedProcess[str]]]) -> None:
+    done = smoke_runs[script].result()
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1])

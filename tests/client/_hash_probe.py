@@ -2,7 +2,8 @@
 (``python -m tests.client._hash_probe H5_PATH``): the values below that tend to hash
 differently in different processes, and every entry of the equality corpus. With
 ``--values``, the digest of every non-builtin value in those graphs instead, each on
-its own (the handlers' and ``__dask_tokenize__``'s output, by type).
+its own (the handlers' and ``__dask_tokenize__``'s output, by type); with ``--both``,
+``{"hashes": ..., "values": ...}``.
 
 Used by test_hashing.py to compare hashes across interpreter processes with different
 PYTHONHASHSEEDs, across threads and in a worker process. Keys of non-pure delayed and
@@ -186,6 +187,9 @@ def probe_values(h5_path: str) -> dict[str, list[str]]:
 def main() -> None:
     if sys.argv[2:] == ["--values"]:
         json.dump(probe_values(sys.argv[1]), sys.stdout)
+    elif sys.argv[2:] == ["--both"]:  # one process for both (each start costs seconds)
+        json.dump({"hashes": probe_hashes(sys.argv[1]), "values": probe_values(sys.argv[1])},
+                  sys.stdout)
     else:
         json.dump(probe_hashes(sys.argv[1]), sys.stdout)
 

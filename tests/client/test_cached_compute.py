@@ -343,6 +343,7 @@ def test_unstorable_result_is_returned_and_not_stored(cache_server):
     assert stats(cache_server)["stores"] == before
 
 
+@pytest.mark.slow
 def test_corrupt_entries_are_recomputed_and_dropped(fresh_server):
     server = fresh_server()
     ns = uuid.uuid4().hex

@@ -85,6 +85,7 @@ def test_a_bad_direct_read_setting_is_a_clear_error(cache_server):
         cached_compute(*values(1), cache=cache_server.url)
 
 
+@pytest.mark.slow
 def test_a_corrupt_chunk_is_never_served(fresh_server):
     """The direct read finds the digest wrong and falls back to HTTP; the server finds the
     same, drops the entry, and the task is recomputed."""
@@ -103,6 +104,7 @@ def test_a_corrupt_chunk_is_never_served(fresh_server):
     assert counters(server)[1] == located + 1  # tried in place first
 
 
+@pytest.mark.slow
 def test_a_replaced_entry_is_refused_before_it_is_read(fresh_server):
     """With a signing key the signature in the entry's metadata is checked first: a
     mismatch is a miss counted as untrusted, as over HTTP."""

@@ -134,6 +134,7 @@ def test_large_frame_is_a_parquet_file_on_the_server(cache_server):
     _strictly_equal(warm, expected)
 
 
+@pytest.mark.slow
 def test_corrupt_parquet_file_is_a_miss_and_recomputed(fresh_server):
     server = fresh_server()
     namespace = f"frames-{uuid.uuid4().hex}"

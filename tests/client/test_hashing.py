@@ -33,23 +33,31 @@ def h5_file(tmp_path_factory):
     return str(path)
 
 
-def _probe(h5_file: str, seed: str, *options: str) -> dict:
-    env = {**os.environ, "PYTHONHASHSEED": seed}
-    out = subprocess.run(
-        [sys.executable, "-m", "tests.client._hash_probe", h5_file, *options],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return json.loads(out.stdout)
+@pytest.fixture(scope="module")
+def probes(h5_file) -> tuple[dict, dict]:
+    """The task hashes and value digests (``--both``) printed by two fresh interpreter
+    processes with other PYTHONHASHSEEDs. They are independent: both run at once."""
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "tests.client._hash_probe", h5_file, "--both"], cwd=ROOT,
+        env={**os.environ, "PYTHONHASHSEED": seed}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for seed in ("1", "12345")]
+    try:
+        outputs = []
+        for process in processes:
+            out, err = process.communicate(timeout=120)
+            assert process.returncode == 0, err[-3000:]
+            outputs.append(json.loads(out))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return outputs[0], outputs[1]
 
 
 @pytest.mark.slow
-def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
-    first, second = _probe(h5_file, "1"), _probe(h5_file, "12345")
+def test_hashes_equal_across_processes_and_hash_seeds(probes):
+    first, second = (probe["hashes"] for probe in probes)
     assert first == second
     assert len(first) >= 15 + len(CORPUS)
     for name, hashes in first.items():
@@ -58,12 +66,11 @@ def test_hashes_equal_across_processes_and_hash_seeds(h5_file):
 
 
 @pytest.mark.slow
-@pytest.mark.slow
-def test_every_handler_and_dask_tokenize_is_stable_across_processes(h5_file):
+def test_every_handler_and_dask_tokenize_is_stable_across_processes(probes):
     """Each value the corpus's graphs hold, hashed on its own in two fresh processes with
     other hash seeds: a handler or ``__dask_tokenize__`` that mixes in the process (an
     fsspec filesystem's, a lock's random name) shows up here by type."""
-    first, second = _probe(h5_file, "3", "--values"), _probe(h5_file, "4242", "--values")
+    first, second = (probe["values"] for probe in probes)
     assert first.keys() == second.keys()
     for name in first:
         assert first[name] == second[name], (name, sorted(
@@ -76,6 +83,7 @@ def test_every_handler_and_dask_tokenize_is_stable_across_processes(h5_file):
     assert sum(len(d) for d in first.values()) > 200
 
 
+@pytest.mark.slow
 def test_hashes_equal_across_threads_and_in_a_worker_process(h5_file):
     from distributed import Client, LocalCluster
 

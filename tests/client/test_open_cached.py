@@ -58,6 +58,7 @@ def test_a_cached_array_reopens_lazily_over_its_zarr_store(cache_server):
     np.testing.assert_array_equal(lazy.compute(), expected)
 
 
+@pytest.mark.slow
 def test_chunks_are_verified_when_read(fresh_server):
     server = fresh_server()
     ns = uuid.uuid4().hex
@@ -71,6 +72,7 @@ def test_chunks_are_verified_when_read(fresh_server):
         lazy[:10].compute()
 
 
+@pytest.mark.slow
 def test_a_replaced_entry_is_refused_at_open(fresh_server):
     """Someone with a write token but without the signing key replaces the entry: the
     signature is checked when the array is opened, before anything is read."""

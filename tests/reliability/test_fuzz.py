@@ -13,14 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from cache_server.launch import RunningServer, start_server
 
@@ -29,12 +22,25 @@ pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("RC_FUZZ_EXAMPLES", "12"))
 #: Where a campaign wants the number of requests made (``tests.stress.fuzz``).
 COUNT_FILE = os.environ.get("RC_FUZZ_COUNT_FILE")
-# The batch route's framed body is opaque bytes to the schema (format: binary), like
-# application/octet-stream: fuzz it with random bytes.
-schemathesis.serializer.alias("application/x-result-batch", "application/octet-stream")
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+
+def _schemathesis():
+    """schemathesis and the checks we run. Imported when the test runs, not when it is
+    collected: the import costs every run of the suite about a second (and its pytest
+    plugin, which this test does not use, is off: pyproject.toml)."""
+    import schemathesis
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    # The batch route's framed body is opaque bytes to the schema (format: binary), like
+    # application/octet-stream: fuzz it with random bytes.
+    schemathesis.serializer.alias("application/x-result-batch", "application/octet-stream")
+    return schemathesis, [not_a_server_error, status_code_conformance,
+                          content_type_conformance, response_schema_conformance]
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +55,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory, redis_url: str
 
 
 def test_api_answers_every_input_within_its_schema(fuzz_server: RunningServer) -> None:
+    schemathesis, checks = _schemathesis()
     schema = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
     requests = 0
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -62,7 +69,7 @@ def test_api_answers_every_input_within_its_schema(fuzz_server: RunningServer) -
         def fuzz(case) -> None:
             nonlocal requests
             requests += 1
-            case.call_and_validate(base_url=fuzz_server.url, checks=CHECKS, timeout=30)
+            case.call_and_validate(base_url=fuzz_server.url, checks=checks, timeout=30)
 
         fuzz()
     assert requests >= len(operations)

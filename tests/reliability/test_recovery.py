@@ -63,6 +63,7 @@ def test_a_restarted_server_removes_what_a_killed_upload_left(tmp_path: Path,
     assert report["restart_logged_removal"]
 
 
+@pytest.mark.slow
 def test_compute_seconds_are_bounded(fresh_server) -> None:
     server = fresh_server()
     with httpx.Client(base_url=server.url) as client:

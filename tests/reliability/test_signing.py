@@ -90,6 +90,7 @@ def victim_stores_then_attacker_replaces(server: RunningServer, marker: Path,
 # -- with a key: the payload never runs -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_replaced_entry_is_never_unpickled_with_a_key(fresh_server, key, tmp_path):
     server = fresh_server()
     marker = tmp_path / "ran"
@@ -117,6 +118,7 @@ def test_a_replaced_entry_is_never_unpickled_with_a_key(fresh_server, key, tmp_p
     assert len(warned) == 1 and "result-cache.signing-key" in warned[0]
 
 
+@pytest.mark.slow
 def test_forged_and_replayed_signatures_are_refused(fresh_server, key, tmp_path):
     """A signature copied from another entry, or made up, does not bind the payload."""
     server = fresh_server()
@@ -143,6 +145,7 @@ def long_summary(n: int) -> dict:
     return {"n": n, "squares": [i * i for i in range(600)]}  # a pickle of a few KiB
 
 
+@pytest.mark.slow
 def test_a_body_forged_to_the_same_content_digest_never_runs(fresh_server, key, tmp_path):
     """Issue 29, row 1: xxh3 is not cryptographic. A writer without the key builds a body
     that starts with his pickle and has the victim's exact content digest (a second
@@ -169,6 +172,7 @@ def test_a_body_forged_to_the_same_content_digest_never_runs(fresh_server, key, 
     assert stats(server)["untrusted"] == 1
 
 
+@pytest.mark.slow
 def test_arrays_are_bound_to_their_task(fresh_server, key):
     server = fresh_server()
     ns = uuid.uuid4().hex
@@ -191,6 +195,7 @@ def big(n: int) -> np.ndarray:
     return np.arange(n, dtype="float64")  # stored as Zarr from 1 MiB on
 
 
+@pytest.mark.slow
 def test_large_objects_are_checked_the_same_way(fresh_server, key, tmp_path):
     """Objects large enough to take other storage and transfer paths (Zarr arrays, large
     blobs): nothing is decoded before the signature is checked."""
@@ -212,6 +217,7 @@ def test_large_objects_are_checked_the_same_way(fresh_server, key, tmp_path):
     assert last_report().untrusted == 2 and last_report().loaded == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["http", "direct", "open_cached"])
 def test_an_array_forged_to_the_same_content_digest_is_refused(fresh_server, key, how):
     """Row 1 for arrays (Zarr, 3 MiB): the forged bytes are refused over HTTP, when read in
@@ -258,6 +264,7 @@ def test_hashes_cannot_be_computed_without_the_key(key):
     assert keyed.isdisjoint(task_hashes(value, namespace="another").values())
 
 
+@pytest.mark.slow
 def test_the_key_never_reaches_the_server(tmp_path, redis_url, key):
     with start_server(tmp_path / "server", redis_url=redis_url, log_level="debug",
                       redis_prefix=f"key-{uuid.uuid4().hex[:8]}:") as server:
@@ -305,6 +312,7 @@ def test_keygen_prints_a_new_random_key() -> None:
 # -- without a key: the documented risk ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_without_a_key_the_replaced_entry_runs(fresh_server, tmp_path):
     """The risk README.md and docs/protocol.md describe: whoever can write to the cache can
     run code in the process that loads a value. This is the reason for signing keys."""

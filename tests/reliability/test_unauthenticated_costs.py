@@ -12,7 +12,6 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -25,9 +24,13 @@ TOKEN = "w-" + uuid.uuid4().hex
 MiB = 2**20
 
 
-@pytest.fixture
-def token_server(tmp_path: Path, redis_url: str) -> Iterator[RunningServer]:
-    with start_server(tmp_path / "server", redis_url=redis_url,
+pytestmark = pytest.mark.slow  # a server of its own
+
+
+@pytest.fixture(scope="module")  # shared: each attack resets the peak RSS it measures
+def token_server(tmp_path_factory: pytest.TempPathFactory, redis_url: str
+                 ) -> Iterator[RunningServer]:
+    with start_server(tmp_path_factory.mktemp("server"), redis_url=redis_url,
                       redis_prefix=f"stranger-{uuid.uuid4().hex[:8]}:",
                       env={"RESULT_CACHE_TOKENS": f"write:{TOKEN}"}) as server:
         yield server

@@ -14,7 +14,6 @@ import dask
 import numpy as np
 import pytest
 import redis
-import s3fs
 
 from cache_server.launch import start_server
 from cache_server.settings import Settings
@@ -52,6 +51,8 @@ def test_replicas_on_one_bucket_then_gc_and_reindex(tmp_path, redis_url, s3_url,
         assert last_report().loaded == 2
         np.testing.assert_array_equal(warm[0], cold[0])
         assert warm[1] == cold[1]
+        import s3fs  # here, not at the top: importing it costs every collection ~0.7 s
+
         fs = s3fs.S3FileSystem(use_listings_cache=False)
         sidecars = fs.glob(f"{s3_url[5:]}/??/*/sidecar.json")
         assert len(sidecars) == 2

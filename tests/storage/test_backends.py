@@ -47,12 +47,15 @@ class TestParquetStore(StoreContract):
         return ParquetStore(tmp_path / "parquet")
 
 
+@pytest.mark.slow  # moto's S3 server, a process of its own answering every request
 class TestBucketStorage(StoreContract):
     """The same contract on S3 (moto's server on a local port)."""
 
     @pytest.fixture
     def store(self, s3_url: str) -> ObjectStore:
-        return BucketStorage(s3_url)
+        # One S3FileSystem for all the tests (fsspec's instance cache; the listings cache
+        # stays off): a new one per test costs a botocore session, about 0.5 s each.
+        return BucketStorage(s3_url, skip_instance_cache=False)
 
     def plant_crash_leftovers(self, store: ObjectStore, digest: str) -> list[str]:
         """Blobs whose sidecar never came (a crash between completing the upload and
