@@ -20,6 +20,7 @@ from storage.base import (
     ObjectWriter,
     PutResult,
     Sidecar,
+    Staging,
     StoredObject,
     TaskReference,
 )
@@ -30,6 +31,9 @@ from storage.errors import (
     InvalidBody,
     InvalidHeader,
     ObjectNotFound,
+    PayloadTooLarge,
+    StagingNotFound,
+    StagingUnsupported,
     StorageError,
 )
 from storage.header import ObjectHeader, content_digest, is_digest
@@ -52,8 +56,12 @@ __all__ = [
     "ObjectStore",
     "ObjectWriter",
     "ParquetStore",
+    "PayloadTooLarge",
     "PutResult",
     "Sidecar",
+    "Staging",
+    "StagingNotFound",
+    "StagingUnsupported",
     "StorageError",
     "StoredObject",
     "TaskReference",

@@ -31,6 +31,9 @@ class BlobStore(DirectoryStore):
     def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
         return FilePayload(directory / BLOB_NAME, header.digest_prefix())
 
+    def _file_prefix(self, header: ObjectHeader) -> bytes:
+        return header.digest_prefix()
+
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         return file_pieces(open(directory / BLOB_NAME, "rb", buffering=0),  # noqa: SIM115
                            sidecar.header.digest_prefix())

@@ -23,6 +23,7 @@ from storage.base import (
     ObjectWriter,
     PutResult,
     Sidecar,
+    Staging,
     TaskReference,
 )
 from storage.errors import ObjectNotFound
@@ -99,6 +100,18 @@ class LocalStorage(ObjectStore):
             for i, result in zip(positions, done, strict=True):
                 results[i] = result
         return [r for r in results if r is not None]
+
+    supports_staging = True
+
+    def staging(self, header: ObjectHeader) -> Staging:
+        return self.backend_for(header).staging(header)
+
+    def open_staged(self, staging_id: str, header: ObjectHeader, *, digest: str,
+                    task: TaskReference, type_name: str | None = None,
+                    max_nbytes: int | None = None) -> ObjectWriter:
+        return self.backend_for(header).open_staged(
+            staging_id, header, digest=digest, task=task, type_name=type_name,
+            max_nbytes=max_nbytes)
 
     def open_reader(self, digest: str) -> ObjectReader:
         return self._holder(digest).open_reader(digest)

@@ -52,6 +52,7 @@ from zarr.codecs import BloscCodec, BytesCodec
 from zarr.storage import LocalStore
 
 from storage._atomic import fsync_file
+from storage._body import BodyCheck
 from storage._directory import DirectoryStore, Payload, Pieces
 from storage.base import Sidecar
 from storage.errors import CorruptObject, ObjectNotFound
@@ -150,6 +151,17 @@ class ZarrArrayStore(DirectoryStore):
 
     def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
         return _ZarrPayload(directory, header)
+
+    def _staged_layout(self, header: ObjectHeader) -> dict | None:
+        from storage._zarr_staged import staged_metadata
+
+        return staged_metadata(header)
+
+    def _adopt_staged(self, directory: Path, header: ObjectHeader, body: BodyCheck, *,
+                      strong: bool) -> None:
+        from storage._zarr_staged import adopt_staged_array
+
+        adopt_staged_array(directory, header, body, strong=strong)
 
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         """One piece per chunk, in C order (the body's order), each checked against its
