@@ -40,7 +40,14 @@ from cache_server.service.removal import Removal
 from cache_server.service.upload import Upload
 from cache_server.service.writes import Writes
 from client_lib.wire.bounds import LEASE_BATCH
-from storage import CorruptObject, ObjectNotFound, ObjectStore, TaskReference
+from storage import (
+    CorruptObject,
+    ObjectHeader,
+    ObjectNotFound,
+    ObjectStore,
+    Staging,
+    TaskReference,
+)
 
 __all__ = ["ResultCache"]
 
@@ -98,6 +105,14 @@ class ResultCache:
                     ) -> tuple[Manifest, bool]:
         """See :meth:`.Writes.store`."""
         return await self.writes.store(upload, chunks)
+
+    async def staging(self, header: ObjectHeader) -> Staging:
+        """See :meth:`.Writes.staging`."""
+        return await self.writes.staging(header)
+
+    async def commit_staged(self, upload: Upload, staging_id: str) -> tuple[Manifest, bool]:
+        """See :meth:`.Writes.commit_staged`."""
+        return await self.writes.commit_staged(upload, staging_id)
 
     async def store_batch(
         self, chunks: AsyncIterable[bytes], limit: int,

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from anyio import fail_after
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Send
 
@@ -24,7 +24,7 @@ from client_lib.wire import batch, bounds
 from client_lib.wire import headers as result_headers
 from storage import ObjectHeader, is_digest
 
-__all__ = ["router"]
+__all__ = ["UploadHeaders", "router", "stored_answer"]
 
 router = APIRouter(tags=["objects"])
 
@@ -50,19 +50,9 @@ def _parse_content_length(raw: str | None) -> int | None:
     return length
 
 
-@router.put(
-    "/v1/objects/{task_hash}",
-    status_code=201,
-    dependencies=[WriteAccess],
-    responses={
-        200: {"model": Manifest, "description": "already indexed; body discarded"},
-        **errors(400, 403, 408, 413, 507),
-    },
-)
-async def put_object(
+async def upload_headers(
     request: Request,
     task_hash: TaskHash,
-    cache: CacheDep,
     kind: Annotated[str, Header(alias=result_headers.KIND)],
     digest: Annotated[str, Header(alias=result_headers.DIGEST)],
     compute_seconds: Annotated[float, Header(alias=result_headers.COMPUTE_SECONDS)],
@@ -74,10 +64,9 @@ async def put_object(
     ttl: Annotated[float | None, Header(alias=result_headers.TTL)] = None,
     run: RunHeader = None,
     overwrite: Annotated[bool, Query(description="replace an indexed entry")] = False,
-) -> Response:
-    """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
-    existing entry instead); nothing kept on any error."""
-    upload = Upload(
+) -> Upload:
+    """The validated metadata of a ``PUT`` (or a staged object's commit) from its headers."""
+    return Upload(
         task_hash=task_hash,
         header=ObjectHeader.from_wire(kind, dtype, shape),
         digest=digest,
@@ -90,7 +79,30 @@ async def put_object(
         overwrite=overwrite,
         run=run,
     )
+
+
+#: An upload's metadata, from the ``X-Result-*`` headers of its request.
+UploadHeaders = Annotated[Upload, Depends(upload_headers)]
+
+
+@router.put(
+    "/v1/objects/{task_hash}",
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses={
+        200: {"model": Manifest, "description": "already indexed; body discarded"},
+        **errors(400, 403, 408, 413, 507),
+    },
+)
+async def put_object(request: Request, upload: UploadHeaders, cache: CacheDep) -> Response:
+    """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
+    existing entry instead); nothing kept on any error."""
     manifest, created = await cache.store(upload, request.stream())
+    return stored_answer(manifest, created)
+
+
+def stored_answer(manifest: Manifest, created: bool) -> JSONResponse:
+    """201 with the manifest of a new entry, 200 with that of the indexed one."""
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
 
 
