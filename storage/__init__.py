@@ -15,6 +15,7 @@ from storage._zarr import ZarrArrayStore
 from storage.base import (
     BatchItem,
     Buffer,
+    FileRange,
     ObjectReader,
     ObjectStore,
     ObjectWriter,
@@ -47,6 +48,7 @@ __all__ = [
     "Buffer",
     "CorruptObject",
     "DigestMismatch",
+    "FileRange",
     "InvalidBody",
     "InvalidHeader",
     "LocalStorage",

@@ -54,6 +54,7 @@ from storage._staging import (
 from storage.base import (
     BatchItem,
     Buffer,
+    FileRange,
     ObjectReader,
     ObjectStore,
     ObjectWriter,
@@ -124,6 +125,14 @@ class DirectoryStore(SidecarEdits, ObjectStore):
     @abstractmethod
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         """The body in bounded pieces (raising ``FileNotFoundError`` if it is gone)."""
+
+    def _body_files(self, directory: Path, sidecar: Sidecar) -> list[FileRange] | None:
+        """The body as ranges of files in ``directory`` (not verified), or None. This
+        default: ``payload_name`` after the prefix."""
+        if not self.payload_name:
+            return None
+        return [FileRange(str(directory / self.payload_name),
+                          len(self._file_prefix(sidecar.header)), sidecar.nbytes)]
 
     def _file_prefix(self, header: ObjectHeader) -> bytes:
         """What a one-file payload holds before the body (a blob: the digest's header)."""
@@ -330,6 +339,20 @@ class DirectoryStore(SidecarEdits, ObjectStore):
 
     def exists(self, digest: str) -> bool:
         return is_digest(digest) and self.object_path(digest).is_dir()
+
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        sidecar = self.sidecar(digest)
+        directory = self.object_path(digest)
+        try:
+            ranges = self._body_files(directory, sidecar)
+            for part in ranges or ():
+                if os.stat(part.path).st_size < part.offset + part.size:
+                    raise CorruptObject(f"object {digest}: {part.path} is too short")
+        except FileNotFoundError as exc:
+            if directory.is_dir():
+                raise CorruptObject(f"object {digest} lacks {exc.filename}") from exc
+            raise ObjectNotFound(digest) from exc
+        return ranges
 
     def location(self, digest: str) -> str | None:
         directory = self.object_path(digest)

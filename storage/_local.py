@@ -18,6 +18,7 @@ from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
 from storage.base import (
     BatchItem,
+    FileRange,
     ObjectReader,
     ObjectStore,
     ObjectWriter,
@@ -143,6 +144,9 @@ class LocalStorage(ObjectStore):
 
     def location(self, digest: str) -> str | None:
         return self._holder(digest).location(digest)
+
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        return self._holder(digest).body_ranges(digest)
 
     def object_path(self, digest: str) -> Path:
         """The directory holding ``digest``; raises :class:`ObjectNotFound` if there is none."""

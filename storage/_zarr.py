@@ -54,7 +54,7 @@ from zarr.storage import LocalStore
 from storage._atomic import fsync_file
 from storage._body import BodyCheck
 from storage._directory import DirectoryStore, Payload, Pieces
-from storage.base import Sidecar
+from storage.base import FileRange, Sidecar
 from storage.errors import CorruptObject, ObjectNotFound
 from storage.header import ObjectHeader
 
@@ -152,6 +152,28 @@ class ZarrArrayStore(DirectoryStore):
     def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
         return _ZarrPayload(directory, header)
 
+    def _body_files(self, directory: Path, sidecar: Sidecar) -> list[FileRange] | None:
+        """The chunk files in grid order (the body's), when they hold the raw bytes."""
+        try:
+            array = zarr.open_array(LocalStore(directory, read_only=True), mode="r")
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise _read_error(directory, sidecar, exc) from exc
+        header = sidecar.header
+        if array.shape != header.shape or not _raw_chunks(
+                array, _DtypePlan.for_dtype(header.numpy_dtype).stored):
+            return None
+        itemsize = header.numpy_dtype.itemsize
+        ranges = []
+        for region in _regions(array.shape, array.chunks):
+            key = array.metadata.encode_chunk_key(
+                tuple(r.start // c for r, c in zip(region, array.chunks, strict=True)))
+            ranges.append(FileRange(str(directory / key), 0,
+                                    itemsize * math.prod(r.stop - r.start for r in region)))
+        return ranges
+
+    # (storage/_zarr_staged.py imports this module: imported when first needed)
     def _staged_layout(self, header: ObjectHeader) -> dict | None:
         from storage._zarr_staged import staged_metadata
 

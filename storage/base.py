@@ -30,6 +30,7 @@ from storage.header import OPAQUE_KINDS, ObjectHeader
 __all__ = [
     "BatchItem",
     "Buffer",
+    "FileRange",
     "ObjectReader",
     "ObjectStore",
     "ObjectWriter",
@@ -263,6 +264,16 @@ class ObjectReader(ABC):
         self.close()
 
 
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """``size`` bytes of the local file ``path`` from ``offset``: a part of a body kept as
+    it is (:meth:`ObjectStore.body_ranges`)."""
+
+    path: str
+    offset: int
+    size: int
+
+
 @dataclass(frozen=True)
 class Staging:
     """Where a writer outside the server (a worker that sees the storage) puts the files of
@@ -455,6 +466,15 @@ class ObjectStore(ABC):
         With ``older_than=0`` only call it while nothing writes to this store (the data
         directory's lock): it would remove a write in progress.
         """
+
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        """The body as byte ranges of local files, in order, when the backend keeps it as
+        raw bytes in files (a blob after its header, a Parquet file, the chunk files of an
+        uncompressed Zarr array); None otherwise. **Not verified**: for a reader that
+        checks the digest itself (zero-copy serving: docs/architecture.md, "Bounds"). The
+        files' sizes are checked (:class:`~storage.errors.CorruptObject` for one too
+        short); :class:`~storage.errors.ObjectNotFound` if there is no such object."""
+        return None
 
     def location(self, digest: str) -> str | None:
         """Where a reader that sees this storage finds the object's payload (a URL such as

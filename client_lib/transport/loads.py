@@ -104,6 +104,8 @@ class Loads:
             raise CacheEntryUntrusted(task_hash, UNTRUSTED)
         data, actual = read_body(readinto, h.get("content-length"), kind, dtype, shape)
         if actual != digest:
+            # Large bodies come unread by the server: it verifies the object when told.
+            self.report_corrupt(task_hash)
             raise CacheEntryCorrupt(task_hash, digest, actual)
         signatures.check_body(task_hash, signed, kind, dtype, shape, data)
         return codec.decode(kind, dtype, shape, data)
@@ -194,6 +196,16 @@ class Loads:
         for task_hash in found:
             self.report_untrusted(task_hash)
         return found
+
+    def report_corrupt(self, task_hash: str) -> None:
+        """Tell the server that this entry's body did not match its digest, so that it
+        verifies the object and drops the entry if the stored bytes are bad (docs/protocol.md,
+        ``POST /v1/entries/{hash}/corrupt``). Best effort: never raises."""
+        try:
+            self.pool.request("POST", f"/v1/entries/{task_hash}/corrupt")
+        except ResultCacheError as exc:
+            logger.info("result cache: could not report a corrupt entry to %s: %s",
+                        self.url, exc)
 
     def report_untrusted(self, task_hash: str) -> None:
         """Tell the server that this entry was not loaded for its signature (counted as

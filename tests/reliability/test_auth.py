@@ -45,6 +45,7 @@ ROUTES = {
     ("POST", "/v1/entries/{task_hash}/pin"): "write",
     ("POST", "/v1/entries/{task_hash}/unpin"): "write",
     ("POST", "/v1/entries/{task_hash}/untrusted"): "read",
+    ("POST", "/v1/entries/{task_hash}/corrupt"): "read",
     ("GET", "/v1/stats"): "read",
     ("POST", "/v1/leases"): "write",
     ("POST", "/v1/leases/renew"): "write",
