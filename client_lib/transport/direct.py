@@ -33,7 +33,7 @@ from ..core.config import setting
 from ..wire.codec import content_hasher, object_header
 
 __all__ = ["DirectReadFailed", "Location", "allowed", "direct_read_mode", "local_path",
-           "read_object"]
+           "read_object", "slab_plan"]
 
 _READ_THREADS = 8
 
@@ -157,7 +157,7 @@ def _read_zarr(directory: Path, dtype_text: str, shape_text: str, hasher: Any) -
     meta = json.loads((directory / "zarr.json").read_bytes())
     out = np.empty(shape, dtype=dtype)
     flat = memoryview(out.reshape(-1).view(np.uint8))
-    plan = _slab_plan(meta, dtype, shape)
+    plan = slab_plan(meta, dtype, shape)
     if plan is not None and out.nbytes:
         with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(plan))) as pool:
             reads = pool.map(lambda item: _read_chunk(directory, flat, *item), plan)
@@ -183,7 +183,7 @@ def _read_chunk(directory: Path, flat: memoryview, key: str, start: int, size: i
         _read_exactly(f, flat[start:start + size])
 
 
-def _slab_plan(meta: dict, dtype: np.dtype, shape: tuple[int, ...]
+def slab_plan(meta: dict, dtype: np.dtype, shape: tuple[int, ...]
                ) -> list[tuple[str, int, int]] | None:
     """(chunk file, offset, bytes) of every chunk when the array's chunk files are its
     raw bytes in C order (``storage``'s layout without compression), else None."""

@@ -1,0 +1,129 @@
+"""Direct writes: a worker that sees the server's storage with write access (the same host,
+or the cache volume mounted read-write) writes a large object's files into the storage's
+staging area and asks the server to commit them, instead of uploading the body
+(docs/architecture.md, "Direct writes"; docs/protocol.md, "Direct writes").
+
+``POST /v1/staging`` names the place (a ``file://`` directory this process must create)
+and the layout; the files are written from the value's own buffer (for a Zarr array one
+file per chunk, the raw bytes of its slab, by a few threads), without fsync: the server
+reads and verifies every byte at commit, fsyncs, and publishes. Nothing here is trusted by
+the server, and nothing the server says is trusted here beyond where to write.
+
+Any problem (a server without the route, a place this process cannot see or write, a commit
+refused for the files) is :class:`DirectWriteFailed`: the caller uploads over HTTP. A place
+that cannot be written marks the client (:attr:`Stores._staging_unseen`): later stores go
+straight to HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..core.config import setting
+from ..wire import codec, headers
+from .direct import local_path, slab_plan
+
+__all__ = ["DIRECT_WRITE_MIN_BYTES", "DirectWriteFailed", "allowed", "commit_headers",
+           "direct_write_mode", "stage_files"]
+
+#: Values this large are written directly (smaller ones: one PUT costs less than two calls).
+DIRECT_WRITE_MIN_BYTES = 16 * 2**20
+_WRITE_THREADS = 4
+
+
+class DirectWriteFailed(Exception):
+    """The object could not be staged and committed; upload it over HTTP.
+    ``unreachable``: this process cannot write the server's storage at all."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def direct_write_mode() -> str:
+    """Config ``result-cache.direct-write``: ``"auto"`` (write large objects into the
+    server's storage when this process can) or ``"never"``."""
+    mode = setting("direct-write")
+    if mode not in ("auto", "never"):
+        raise ValueError(f"result-cache.direct-write must be 'auto' or 'never', not {mode!r}")
+    return mode
+
+
+def allowed(nbytes: int) -> bool:
+    """Whether a value of ``nbytes`` may be written directly (a bad setting: no, reported
+    by ``cached_compute`` in the user's process, never by a worker's store)."""
+    try:
+        return nbytes >= DIRECT_WRITE_MIN_BYTES and direct_write_mode() == "auto"
+    except ValueError:
+        return False
+
+
+def stage_files(place: dict[str, Any], enc: codec.Encoded) -> Path:
+    """Write ``enc``'s files where ``place`` (the answer of ``POST /v1/staging``) says;
+    the directory written. Raises :class:`DirectWriteFailed` (``unreachable`` when the
+    storage cannot be seen or written here); a partial directory is removed."""
+    location = place.get("location")
+    parent = local_path(str(location).rsplit("/", 1)[0]) if location else None
+    if not isinstance(parent, Path):
+        raise DirectWriteFailed(f"the server's storage ({location}) is not visible here",
+                                unreachable=True)
+    directory = parent / str(location).rsplit("/", 1)[1]
+    try:
+        directory.mkdir()
+    except OSError as exc:
+        raise DirectWriteFailed(f"cannot write {directory}: {exc}", unreachable=True) from None
+    try:
+        _write_layout(directory, place, enc)
+    except BaseException as exc:
+        shutil.rmtree(directory, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise DirectWriteFailed(f"writing {directory} failed: {exc}") from None
+        raise
+    return directory
+
+
+def _write_layout(directory: Path, place: dict[str, Any], enc: codec.Encoded) -> None:
+    layout = place.get("layout")
+    body = enc.body
+    if layout == "blob":
+        _write_file(directory / "blob", codec.object_header(enc.kind, enc.dtype, enc.shape),
+                    body)
+    elif layout == "parquet":
+        _write_file(directory / "data.parquet", b"", body)
+    elif layout == "zarr" and enc.kind == "ndarray":
+        import numpy as np
+
+        metadata = place.get("metadata") or {}
+        plan = slab_plan(metadata, np.dtype(enc.dtype), tuple(json.loads(enc.shape)))
+        if plan is None:
+            raise DirectWriteFailed("the server's Zarr layout is not raw slabs")
+        for key, _, _ in plan:
+            (directory / key).parent.mkdir(parents=True, exist_ok=True)
+        with ThreadPoolExecutor(max_workers=min(_WRITE_THREADS, len(plan))) as pool:
+            list(pool.map(lambda item: _write_file(directory / item[0], b"",
+                                                   body[item[1]:item[1] + item[2]]), plan))
+    else:
+        raise DirectWriteFailed(f"unknown staging layout {layout!r}")
+
+
+def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        if prefix:
+            os.write(fd, prefix)
+        view = body
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def commit_headers(sent: dict[str, str], staging_id: str) -> dict[str, str]:
+    """The ``PUT`` headers of a value, for its commit: no body, the staging named."""
+    return {**{k: v for k, v in sent.items() if k != "Content-Length"},
+            headers.STAGING: staging_id}
