@@ -5,6 +5,7 @@ before anything is decoded (docs/protocol.md, "Signed results")."""
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import http.client
 import json
 import logging
@@ -156,17 +157,22 @@ class Loads:
         if place.path is None:
             self._storage_unseen = True
             return _NOT_DIRECT
+        keyed = self.signing_key is not None
         try:
-            body = direct.read_object(place.path, place.storage, place.kind, place.dtype,
-                                      place.shape, place.digest)
+            body, root = direct.read_object(place.path, place.storage, place.kind,
+                                            place.dtype, place.shape, place.digest,
+                                            strong=keyed)
         except direct.DirectReadFailed as exc:
             logger.info("result cache: direct read of %s failed (%s); loading over HTTP",
                         task_hash, exc)
             return _NOT_DIRECT
-        if self.signing_key is not None:
+        if keyed:
             try:
-                signatures.check_body(task_hash, place.body, place.kind, place.dtype,
-                                      place.shape, body)
+                if root is None:
+                    signatures.check_body(task_hash, place.body, place.kind, place.dtype,
+                                          place.shape, body)
+                elif not hmac.compare_digest(root, place.body):
+                    raise CacheEntryUntrusted(task_hash, signatures.NOT_THE_SIGNED_BODY)
             except CacheEntryUntrusted:
                 self.report_untrusted(task_hash)
                 raise
