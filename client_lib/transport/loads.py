@@ -103,12 +103,16 @@ class Loads:
         signed = signatures.signed_body(self.signing_key, task_hash, h)
         if signed is None:
             raise CacheEntryUntrusted(task_hash, UNTRUSTED)
-        data, actual = read_body(readinto, h.get("content-length"), kind, dtype, shape)
+        data, actual, root = read_body(readinto, h.get("content-length"), kind, dtype, shape,
+                                       strong=bool(signed))
         if actual != digest:
             # Large bodies come unread by the server: it verifies the object when told.
             self.report_corrupt(task_hash)
             raise CacheEntryCorrupt(task_hash, digest, actual)
-        signatures.check_body(task_hash, signed, kind, dtype, shape, data)
+        if root is None:
+            signatures.check_body(task_hash, signed, kind, dtype, shape, data)
+        elif not hmac.compare_digest(root, signed):
+            raise CacheEntryUntrusted(task_hash, signatures.NOT_THE_SIGNED_BODY)
         return codec.decode(kind, dtype, shape, data)
 
     def locate(self, task_hash: str, run: str | None = None) -> direct.Location | None:
