@@ -119,8 +119,10 @@ class DirectoryStore(SidecarEdits, ObjectStore):
     # -- payload, per backend ---------------------------------------------------------------
 
     @abstractmethod
-    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
-        """Start writing a payload into the empty ``directory``."""
+    def _open_payload(self, directory: Path, header: ObjectHeader, *,
+                      strong: bool = True) -> Payload:
+        """Start writing a payload into the empty ``directory``; ``strong``: the object is
+        signed (keep what its readers check: BLAKE3 chunk digests)."""
 
     @abstractmethod
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
@@ -413,7 +415,8 @@ class _DirectoryWriter(CheckedWriter):
         if not store.object_path(digest).is_dir():
             self._temp = new_temp_dir(store.root, "put")
             try:
-                self._payload = store._open_payload(self._temp, header)
+                self._payload = store._open_payload(self._temp, header,
+                                                    strong=task.signature is not None)
             except BaseException:
                 self.abort()
                 raise
