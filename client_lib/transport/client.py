@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import shutil
 import threading
 import urllib.parse
 from collections.abc import Iterable
@@ -278,7 +277,7 @@ class CacheClient(Loads, Transport):
             return None  # a server without direct writes, or storage that takes none
         try:
             place = answer.json()
-            directory = staging.stage_files(place, enc)
+            staged = staging.stage_files(place, enc)
         except staging.DirectWriteFailed as exc:
             if exc.unreachable:
                 self._staging_unseen = True
@@ -293,7 +292,7 @@ class CacheClient(Loads, Transport):
                                    headers=staging.commit_headers(sent, str(place["id"])),
                                    params=params)
         finally:
-            shutil.rmtree(directory, ignore_errors=True)  # gone if committed or refused
+            staged.settle()  # the directory is gone if committed or refused
         if response.status_code in (200, 201, 413, 507):
             return response
         logger.info("result cache: the commit of %s was answered %s (%s); uploading",

@@ -5,8 +5,10 @@ staging area and asks the server to commit them, instead of uploading the body
 
 ``POST /v1/staging`` names the place (a ``file://`` directory this process must create)
 and the layout; the files are written from the value's own buffer (for a Zarr array one
-file per chunk, the raw bytes of its slab, by a few threads), without fsync: the server
-reads and verifies every byte at commit, fsyncs, and publishes. Nothing here is trusted by
+file per chunk, the raw bytes of its slab, by a few threads), each handed to a background
+fsync as soon as it is written, and the commit is sent without waiting for those: the
+disk writes the files back while the server reads and verifies every byte (from the page
+cache), fsyncs (finding them clean or in flight) and publishes. Nothing here is trusted by
 the server, and nothing the server says is trusted here beyond where to write.
 
 Any problem (a server without the route, a place this process cannot see or write, a commit
@@ -20,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,8 @@ from ..core.config import setting
 from ..wire import codec, headers
 from .direct import local_path, slab_plan
 
-__all__ = ["DIRECT_WRITE_MIN_BYTES", "DirectWriteFailed", "allowed", "commit_headers",
-           "direct_write_mode", "stage_files"]
+__all__ = ["DIRECT_WRITE_MIN_BYTES", "DirectWriteFailed", "Staged", "allowed",
+           "commit_headers", "direct_write_mode", "stage_files"]
 
 #: Values this large are written directly (smaller ones: one PUT costs less than two calls).
 DIRECT_WRITE_MIN_BYTES = 16 * 2**20
@@ -63,10 +65,26 @@ def allowed(nbytes: int) -> bool:
         return False
 
 
-def stage_files(place: dict[str, Any], enc: codec.Encoded) -> Path:
-    """Write ``enc``'s files where ``place`` (the answer of ``POST /v1/staging``) says;
-    the directory written. Raises :class:`DirectWriteFailed` (``unreachable`` when the
-    storage cannot be seen or written here); a partial directory is removed."""
+class Staged:
+    """The files of one staged object: their ``directory`` and the background fsyncs
+    started for them (:meth:`settle` waits for those, then removes what is left)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.syncs: list[Future[None]] = []
+
+    def settle(self) -> None:
+        """Wait for the fsyncs (their errors do not matter: the server fsyncs what it
+        commits) and remove the directory if it is still there (not committed)."""
+        wait(self.syncs)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def stage_files(place: dict[str, Any], enc: codec.Encoded) -> Staged:
+    """Write ``enc``'s files where ``place`` (the answer of ``POST /v1/staging``) says.
+    Raises :class:`DirectWriteFailed` (``unreachable`` when the storage cannot be seen or
+    written here); a partial directory is removed. Call :meth:`Staged.settle` once the
+    commit was answered."""
     location = place.get("location")
     parent = local_path(str(location).rsplit("/", 1)[0]) if location else None
     if not isinstance(parent, Path):
@@ -77,24 +95,25 @@ def stage_files(place: dict[str, Any], enc: codec.Encoded) -> Path:
         directory.mkdir()
     except OSError as exc:
         raise DirectWriteFailed(f"cannot write {directory}: {exc}", unreachable=True) from None
+    staged = Staged(directory)
     try:
-        _write_layout(directory, place, enc)
+        _write_layout(staged, place, enc)
     except BaseException as exc:
-        shutil.rmtree(directory, ignore_errors=True)
+        staged.settle()
         if isinstance(exc, OSError):
             raise DirectWriteFailed(f"writing {directory} failed: {exc}") from None
         raise
-    return directory
+    return staged
 
 
-def _write_layout(directory: Path, place: dict[str, Any], enc: codec.Encoded) -> None:
+def _write_layout(staged: Staged, place: dict[str, Any], enc: codec.Encoded) -> None:
     layout = place.get("layout")
-    body = enc.body
+    body, directory = enc.body, staged.directory
     if layout == "blob":
-        _write_file(directory / "blob", codec.object_header(enc.kind, enc.dtype, enc.shape),
-                    body)
+        staged.syncs.append(_write_file(
+            directory / "blob", codec.object_header(enc.kind, enc.dtype, enc.shape), body))
     elif layout == "parquet":
-        _write_file(directory / "data.parquet", b"", body)
+        staged.syncs.append(_write_file(directory / "data.parquet", b"", body))
     elif layout == "zarr" and enc.kind == "ndarray":
         import numpy as np
 
@@ -105,13 +124,15 @@ def _write_layout(directory: Path, place: dict[str, Any], enc: codec.Encoded) ->
         for key, _, _ in plan:
             (directory / key).parent.mkdir(parents=True, exist_ok=True)
         with ThreadPoolExecutor(max_workers=min(_WRITE_THREADS, len(plan))) as pool:
-            list(pool.map(lambda item: _write_file(directory / item[0], b"",
-                                                   body[item[1]:item[1] + item[2]]), plan))
+            writes = pool.map(lambda item: _write_file(directory / item[0], b"",
+                                                       body[item[1]:item[1] + item[2]]), plan)
+            staged.syncs.extend(writes)
     else:
         raise DirectWriteFailed(f"unknown staging layout {layout!r}")
 
 
-def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
+def _write_file(path: Path, prefix: bytes, body: memoryview) -> Future[None]:
+    """Write one file; its fsync, started in the background (the file closed by it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         if prefix:
@@ -119,8 +140,22 @@ def _write_file(path: Path, prefix: bytes, body: memoryview) -> None:
         view = body
         while view:
             view = view[os.write(fd, view):]
+    except BaseException:
+        os.close(fd)
+        raise
+    return _SYNCS.submit(_sync_and_close, fd)
+
+
+def _sync_and_close(fd: int) -> None:
+    try:
+        os.fsync(fd)
     finally:
         os.close(fd)
+
+
+#: Background fsyncs of staged files: the disk writes them back while the rest is written
+#: and while the server verifies them.
+_SYNCS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="staged-fsync")
 
 
 def commit_headers(sent: dict[str, str], staging_id: str) -> dict[str, str]:
