@@ -12,6 +12,11 @@ used costs 3-4 CPU-seconds per GiB (the hypervisor backs guest pages lazily), an
 after other work may find the page cache evicted. A baseline that pays either runs at
 0.7 GB/s instead of 5-7 GB/s and makes every ratio against it look met; the service's
 figures are taken after the same warm-up (:func:`hot_seconds`).
+
+The shared disk's speed also swings (0.6-2.5 GB/s for ``np.save`` + fsync within minutes),
+so benchmarks alternate: :meth:`RawDisk.save` right before each timed store,
+:meth:`RawDisk.load` right before each timed load, each ratio a ratio of medians of
+neighbours.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DiskBaseline", "disk_baseline", "hot_seconds", "timed"]
+__all__ = ["DiskBaseline", "RawDisk", "disk_baseline", "hot_seconds", "timed"]
 
 
 @dataclass
@@ -76,6 +81,42 @@ def save_fsync(path: Path, value: np.ndarray) -> None:
         np.save(f, value)
         f.flush()
         os.fsync(f.fileno())
+
+
+class RawDisk:
+    """The baseline taken one run at a time, beside the service's runs: :meth:`save`
+    (``np.save`` + fsync of ``value``, the file kept for the loads) and :meth:`load` (a
+    hot ``np.load``; the first call warms up untimed). :meth:`baseline` sums them up;
+    :meth:`close` removes the file."""
+
+    def __init__(self, value: np.ndarray, directory: str | os.PathLike[str]) -> None:
+        self.value = value
+        self.path = Path(directory) / f"baseline-{os.getpid()}.npy"
+        self.runs: dict[str, list[float]] = {"save": [], "load": []}
+        self._warm = False
+        self.path.unlink(missing_ok=True)
+        save_fsync(self.path, value)  # warm-up: the file system, the memory
+
+    def save(self) -> float:
+        self.path.unlink(missing_ok=True)
+        seconds = timed(lambda: save_fsync(self.path, self.value))
+        self.runs["save"].append(seconds)
+        return seconds
+
+    def load(self) -> float:
+        if not self._warm:
+            timed(lambda: np.load(self.path))
+            self._warm = True
+        seconds = timed(lambda: np.load(self.path))
+        self.runs["load"].append(seconds)
+        return seconds
+
+    def baseline(self) -> DiskBaseline:
+        return DiskBaseline(self.value.nbytes, statistics.median(self.runs["save"]),
+                            statistics.median(self.runs["load"]), self.runs)
+
+    def close(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def disk_baseline(value: np.ndarray, directory: str | os.PathLike[str],

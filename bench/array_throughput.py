@@ -16,9 +16,11 @@ each size:
   >= 0.8x.
 
 Each store writes a new entry (deleted after it is timed, so the next one writes again);
-loads are hot (after one untimed load). The server's CPU seconds per GiB are reported for
-each row (``/proc``; steadier than wall time on a shared machine), and the 1-minute load
-average with every figure.
+loads are hot (after one untimed load). The shared disk's speed swings within minutes, so
+each timed store follows a timed ``np.save`` + fsync, and each timed load a hot ``np.load``
+(``_baseline.RawDisk``): every ratio compares medians of neighbouring runs. The server's CPU
+seconds per GiB are reported for each row (``/proc``; steadier than wall time on a shared
+machine), and the 1-minute load average with every figure.
 
     python bench/array_throughput.py [--repeat 3] [--sizes 1024,4096] [--smoke]
 """
@@ -33,7 +35,7 @@ from collections.abc import Callable
 
 import dask
 import numpy as np
-from _baseline import disk_baseline, hot_seconds, timed
+from _baseline import RawDisk, timed
 from _harness import Ratio, cache_server, finish, parse_args, process_cpu_seconds
 
 from client_lib import CacheClient
@@ -74,8 +76,9 @@ class Meter:
         return seconds
 
 
-def measure_stores(client: CacheClient, value: np.ndarray, meter: Meter,
-                   repeat: int) -> list[float]:
+def measure_stores(client: CacheClient, value: np.ndarray, meter: Meter, raw: RawDisk,
+                   repeat: int) -> tuple[list[float], list[float]]:
+    """(store seconds, the np.save + fsync seconds right before each)."""
     def store() -> None:
         task_hash = uuid.uuid4().hex
         if not client.put(task_hash, value, 1.0, "array-throughput"):
@@ -85,23 +88,28 @@ def measure_stores(client: CacheClient, value: np.ndarray, meter: Meter,
     stored: list[str] = []
     store()  # warm-up: connections, imports, the staging area
     meter.cpu.clear()
-    times = []
+    meter.load.clear()
+    times, saves = [], []
     for _ in range(repeat):
+        saves.append(raw.save())
         times.append(meter(store))
         client.delete(stored.pop())
     client.delete(stored.pop())
-    return times
+    return times, saves
 
 
 def measure_loads(client: CacheClient, task_hash: str, value: np.ndarray, meter: Meter,
-                  repeat: int) -> list[float]:
-    back = client.get(task_hash)
+                  raw: RawDisk, repeat: int) -> tuple[list[float], list[float]]:
+    """(hot load seconds, the hot np.load seconds right before each)."""
+    back = client.get(task_hash)  # warm-up, and the check
     if not np.array_equal(back, value):
         raise RuntimeError("the loaded array differs from the stored one")
     del back
-    _, times = hot_seconds(lambda: meter(lambda: client.get(task_hash)), repeat)
-    meter.cpu, meter.load = meter.cpu[1:], meter.load[1:]  # the warm-up
-    return times
+    times, loads = [], []
+    for _ in range(repeat):
+        loads.append(raw.load())
+        times.append(meter(lambda: client.get(task_hash)))
+    return times, loads
 
 
 def main() -> None:
@@ -117,42 +125,46 @@ def main() -> None:
             for kind in kinds:
                 value = make_array(kind, mib * 2**20)
                 gib = value.nbytes / 2**30
-                base = disk_baseline(value, raw_dir, args.repeat)
-                row: dict[str, dict] = {"baseline": base.to_json()}
-                print(f"{kind} {mib} MiB: {base.line()} (load {os.getloadavg()[0]:.1f})")
+                raw = RawDisk(value, raw_dir)
+                row: dict[str, dict] = {}
                 for name, config, target in STORES:
                     meter = Meter(server.pid)
                     with dask.config.set(config):
-                        times = measure_stores(client, value, meter, args.repeat)
-                    row[name] = _row(times, meter, gib, base.save)
-                    ratios.append(Ratio(f"{name}[{kind},{mib}MiB]", base.save /
-                                        statistics.median(times), target,
-                                        higher_is_better=True))
+                        times, saves = measure_stores(client, value, meter, raw, args.repeat)
+                    row[name] = _row(times, meter, gib, saves)
+                    ratios.append(Ratio(f"{name}[{kind},{mib}MiB]", row[name]["ratio"],
+                                        target, higher_is_better=True))
                 task_hash = uuid.uuid4().hex
                 assert client.put(task_hash, value, 1.0, "array-throughput")
                 for name, config, target in LOADS:
                     meter = Meter(server.pid)
                     with dask.config.set(config):
-                        times = measure_loads(client, task_hash, value, meter, args.repeat)
-                    row[name] = _row(times, meter, gib, base.load)
-                    ratios.append(Ratio(f"{name}[{kind},{mib}MiB]", base.load /
-                                        statistics.median(times), target,
-                                        higher_is_better=True))
+                        times, loads = measure_loads(client, task_hash, value, meter, raw,
+                                                     args.repeat)
+                    row[name] = _row(times, meter, gib, loads)
+                    ratios.append(Ratio(f"{name}[{kind},{mib}MiB]", row[name]["ratio"],
+                                        target, higher_is_better=True))
                 client.delete(task_hash)
+                base = raw.baseline()
+                raw.close()
+                row["baseline"] = base.to_json()
                 del value
+                print(f"{kind} {mib} MiB: {base.line()}")
                 for name in ("store_http", "store_direct", "load_http", "load_direct"):
                     r = row[name]
-                    print(f"  {name:12s} {r['gb_per_s']:.2f} GB/s = {r['ratio']:.2f}x, server "
+                    print(f"  {name:12s} {r['gb_per_s']:.2f} GB/s = {r['ratio']:.2f}x "
+                          f"(baseline {r['baseline_gb_per_s']:.2f} GB/s), server "
                           f"{r['server_cpu_s_per_gib']:.2f} CPU-s/GiB (load "
                           f"{r['load_avg']:.1f})")
                 details[f"{kind},{mib}MiB"] = row
     finish("array_throughput", ratios, args, sizes=sizes, **details)
 
 
-def _row(times: list[float], meter: Meter, gib: float, baseline: float) -> dict:
-    seconds = statistics.median(times)
+def _row(times: list[float], meter: Meter, gib: float, baseline: list[float]) -> dict:
+    seconds, base = statistics.median(times), statistics.median(baseline)
     return {"seconds": seconds, "runs": times, "gb_per_s": gib * 2**30 / 1e9 / seconds,
-            "ratio": baseline / seconds,
+            "baseline_seconds": baseline, "baseline_gb_per_s": gib * 2**30 / 1e9 / base,
+            "ratio": base / seconds,
             "server_cpu_s_per_gib": statistics.median(meter.cpu) / gib,
             "load_avg": statistics.median(meter.load)}
 

@@ -295,6 +295,8 @@ class CacheClient(Loads, Transport):
             staged.settle()  # the directory is gone if committed or refused
         if response.status_code in (200, 201, 413, 507):
             return response
+        if response.status_code == 404:  # the server did not find what we wrote: another
+            self._staging_unseen = True  # directory at the same path; upload from now on
         logger.info("result cache: the commit of %s was answered %s (%s); uploading",
                     task_hash, response.status_code, detail(response))
         return None
