@@ -147,10 +147,30 @@ def _write_file(path: Path, prefix: bytes, body: memoryview) -> Future[None]:
 
 
 def _sync_and_close(fd: int) -> None:
+    """Start the file's writeback and close it: ``sync_file_range(SYNC_FILE_RANGE_WRITE)``
+    where Linux has it (the disk starts at once, and nothing waits for a journal commit,
+    as an fsync of each file would); elsewhere fsync. The server fsyncs what it commits."""
     try:
-        os.fsync(fd)
+        if _sync_file_range is None or _sync_file_range(fd, 0, 0, 2) != 0:
+            os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _load_sync_file_range() -> Any:
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.sync_file_range
+        function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+        return function
+    except (OSError, AttributeError):
+        return None
+
+
+_sync_file_range = _load_sync_file_range()
 
 
 #: Background fsyncs of staged files: the disk writes them back while the rest is written
