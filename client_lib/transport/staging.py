@@ -5,10 +5,11 @@ staging area and asks the server to commit them, instead of uploading the body
 
 ``POST /v1/staging`` names the place (a ``file://`` directory this process must create)
 and the layout; the files are written from the value's own buffer (for a Zarr array one
-file per chunk, the raw bytes of its slab, by a few threads), each handed to a background
-fsync as soon as it is written, and the commit is sent without waiting for those: the
-disk writes the files back while the server reads and verifies every byte (from the page
-cache), fsyncs (finding them clean or in flight) and publishes. Nothing here is trusted by
+file per chunk, the raw bytes of its slab, by a few threads), each file's writeback
+started in the background as soon as it is written (``sync_file_range``, no journal
+commit), and the commit is sent without waiting for it: the disk writes the files back
+while the server reads and verifies every byte (from the page cache), fsyncs (finding them
+clean or in flight) and publishes. Nothing here is trusted by
 the server, and nothing the server says is trusted here beyond where to write.
 
 Any problem (a server without the route, a place this process cannot see or write, a commit
@@ -66,7 +67,7 @@ def allowed(nbytes: int) -> bool:
 
 
 class Staged:
-    """The files of one staged object: their ``directory`` and the background fsyncs
+    """The files of one staged object: their ``directory`` and the background writebacks
     started for them (:meth:`settle` waits for those, then removes what is left)."""
 
     def __init__(self, directory: Path) -> None:
@@ -74,7 +75,7 @@ class Staged:
         self.syncs: list[Future[None]] = []
 
     def settle(self) -> None:
-        """Wait for the fsyncs (their errors do not matter: the server fsyncs what it
+        """Wait for the writebacks (their errors do not matter: the server fsyncs what it
         commits) and remove the directory if it is still there (not committed)."""
         wait(self.syncs)
         shutil.rmtree(self.directory, ignore_errors=True)
@@ -132,7 +133,7 @@ def _write_layout(staged: Staged, place: dict[str, Any], enc: codec.Encoded) -> 
 
 
 def _write_file(path: Path, prefix: bytes, body: memoryview) -> Future[None]:
-    """Write one file; its fsync, started in the background (the file closed by it)."""
+    """Write one file; its writeback, started in the background (which closes it)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         if prefix:
@@ -173,9 +174,9 @@ def _load_sync_file_range() -> Any:
 _sync_file_range = _load_sync_file_range()
 
 
-#: Background fsyncs of staged files: the disk writes them back while the rest is written
-#: and while the server verifies them.
-_SYNCS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="staged-fsync")
+#: Background writebacks of staged files: the disk writes them back while the rest is
+#: written and while the server verifies them.
+_SYNCS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="staged-writeback")
 
 
 def commit_headers(sent: dict[str, str], staging_id: str) -> dict[str, str]:
