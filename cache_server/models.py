@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -31,6 +31,8 @@ __all__ = [
     "LookupResponse",
     "Manifest",
     "ObjectLocation",
+    "StagingPlace",
+    "StagingRequest",
     "Stats",
 ]
 
@@ -81,6 +83,26 @@ class ObjectLocation(Manifest):
         "(file://...: a Zarr array directory, a blob file holding the digest's preimage, "
         "or a Parquet file); null when it cannot be read in place"
     )
+
+
+class StagingRequest(BaseModel):
+    """What a worker is about to stage (``POST /v1/staging``): kind, dtype and shape as in
+    the ``X-Result-*`` headers."""
+
+    kind: str
+    dtype: str | None = None
+    shape: str | None = Field(default=None, max_length=4096)
+
+
+class StagingPlace(BaseModel):
+    """Where to stage it (docs/protocol.md, "Direct writes")."""
+
+    id: str = Field(description="the staging id to commit with (X-Result-Staging)")
+    location: str = Field(description="file:// URL of the directory to create and fill")
+    layout: str = Field(description="blob, parquet or zarr: which files go there")
+    metadata: dict[str, Any] | None = Field(
+        description="for zarr: the zarr.json the object will have (its chunk grid and key "
+        "encoding name the chunk files)")
 
 
 class EntryList(BaseModel):

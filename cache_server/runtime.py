@@ -69,6 +69,7 @@ async def open_cache(
             settings.max_uploads,
             settings.body_timeout,
             settings.max_body_memory,
+            settings.zero_copy_min_bytes,
         )
     finally:
         if index is not None:

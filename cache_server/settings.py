@@ -132,6 +132,12 @@ class Settings(BaseSettings):
         description="memory the object downloads in flight may hold together (each holds "
         "at most a storage chunk and a piece); beyond it GETs are answered 503",
     )
+    zero_copy_min_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        default=16 * 2**20, ge=0,
+        description="object bodies this large are sent from their files with sendfile, "
+        "unread and unverified by the server (the client verifies and reports a mismatch); "
+        "smaller ones are verified before they are sent",
+    )
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     max_lease_hashes: int = Field(
         default=LEASE_BATCH, gt=0, description="most hashes in one lease request"

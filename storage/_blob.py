@@ -28,8 +28,12 @@ class BlobStore(DirectoryStore):
     def accepts(self, header: ObjectHeader) -> bool:
         return True
 
-    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+    def _open_payload(self, directory: Path, header: ObjectHeader, *,
+                      strong: bool = True) -> Payload:
         return FilePayload(directory / BLOB_NAME, header.digest_prefix())
+
+    def _file_prefix(self, header: ObjectHeader) -> bytes:
+        return header.digest_prefix()
 
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         return file_pieces(open(directory / BLOB_NAME, "rb", buffering=0),  # noqa: SIM115

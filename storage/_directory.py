@@ -5,6 +5,8 @@ Layout under a backend's root::
     <root>/<digest[:2]>/<digest>/sidecar.json   the sidecar
     <root>/<digest[:2]>/<digest>/...            the backend's payload (a blob file, a Zarr array)
     <root>/.tmp/                                writes in progress, deletions being removed
+    <root>/.staging/<id>/                       objects staged by outside writers
+                                                (storage/_staging.py)
 
 An object is written completely under ``.tmp``, fsynced, and renamed into place, so its
 directory appears (and, on delete, disappears) atomically together with its sidecar.
@@ -40,17 +42,34 @@ from storage._body import (
     file_pieces,
 )
 from storage._sidecars import SidecarEdits, parse_sidecar
+from storage._staging import (
+    STAGING_DIR_NAME,
+    StagedFile,
+    StagedWriter,
+    check_files,
+    piece_buffer,
+    read_prefix,
+    read_staged,
+)
 from storage.base import (
     BatchItem,
     Buffer,
+    FileRange,
     ObjectReader,
     ObjectStore,
     ObjectWriter,
     PutResult,
     Sidecar,
+    Staging,
     TaskReference,
 )
-from storage.errors import CorruptObject, InvalidHeader, ObjectNotFound, StorageError
+from storage.errors import (
+    CorruptObject,
+    InvalidHeader,
+    ObjectNotFound,
+    StagingUnsupported,
+    StorageError,
+)
 from storage.header import ObjectHeader, is_digest
 
 __all__ = ["FILE_PIECE_BYTES", "DirectoryStore", "FilePayload", "Payload", "Pieces", "file_pieces"]
@@ -87,6 +106,7 @@ class DirectoryStore(SidecarEdits, ObjectStore):
 
     #: The payload's file in an object directory; ``""``: the directory itself is the payload.
     payload_name: str = ""
+    supports_staging = True
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -99,12 +119,48 @@ class DirectoryStore(SidecarEdits, ObjectStore):
     # -- payload, per backend ---------------------------------------------------------------
 
     @abstractmethod
-    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
-        """Start writing a payload into the empty ``directory``."""
+    def _open_payload(self, directory: Path, header: ObjectHeader, *,
+                      strong: bool = True) -> Payload:
+        """Start writing a payload into the empty ``directory``; ``strong``: the object is
+        signed (keep what its readers check: BLAKE3 chunk digests)."""
 
     @abstractmethod
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         """The body in bounded pieces (raising ``FileNotFoundError`` if it is gone)."""
+
+    def _body_files(self, directory: Path, sidecar: Sidecar) -> list[FileRange] | None:
+        """The body as ranges of files in ``directory`` (not verified), or None. This
+        default: ``payload_name`` after the prefix."""
+        if not self.payload_name:
+            return None
+        return [FileRange(str(directory / self.payload_name),
+                          len(self._file_prefix(sidecar.header)), sidecar.nbytes)]
+
+    def _file_prefix(self, header: ObjectHeader) -> bytes:
+        """What a one-file payload holds before the body (a blob: the digest's header)."""
+        return b""
+
+    def _staged_layout(self, header: ObjectHeader) -> dict | None:
+        """The metadata a writer needs to stage an object with this header (see
+        :class:`~storage.base.Staging`); None for a one-file payload."""
+        return None
+
+    def _adopt_staged(self, directory: Path, header: ObjectHeader, body: BodyCheck, *,
+                      strong: bool) -> None:
+        """Check the staged payload in ``directory`` (out of the writer's reach now), feed
+        every body byte to ``body`` and complete the payload's own files; raise
+        :class:`~storage.errors.InvalidBody` for anything but the layout's files. This
+        default: the one file ``payload_name``. ``strong``: the object is signed (its
+        readers check BLAKE3 digests)."""
+        check_files(directory, [self.payload_name])
+        file = StagedFile(directory / self.payload_name)
+        try:
+            prefix = self._file_prefix(header)
+            read_prefix(file, prefix)
+            read_staged(file, len(prefix), max(file.size - len(prefix), 0), piece_buffer(),
+                        body.feed)
+        finally:
+            file.close()
 
     # -- ObjectStore ------------------------------------------------------------------------
 
@@ -127,6 +183,40 @@ class DirectoryStore(SidecarEdits, ObjectStore):
         if not is_digest(digest):
             raise InvalidHeader(f"not a content digest: {digest!r}")
         return _DirectoryWriter(self, header, digest, task, type_name)
+
+    @property
+    def staging_root(self) -> Path:
+        """Where outside writers stage objects (storage/_staging.py)."""
+        return self.root / STAGING_DIR_NAME
+
+    def staging(self, header: ObjectHeader) -> Staging:
+        if not self.accepts(header):
+            raise StagingUnsupported(f"{self.name} store cannot hold {header}")
+        metadata = self._staged_layout(header)
+        self.staging_root.mkdir(exist_ok=True)
+        staging_id = uuid.uuid4().hex
+        return Staging(staging_id, (self.staging_root.resolve() / staging_id).as_uri(),
+                       self.name, metadata)
+
+    def open_staged(self, staging_id: str, header: ObjectHeader, *, digest: str,
+                    task: TaskReference, type_name: str | None = None,
+                    max_nbytes: int | None = None) -> ObjectWriter:
+        if not self.accepts(header):
+            raise InvalidHeader(f"{self.name} store cannot hold {header}")
+        if not is_digest(digest):
+            raise InvalidHeader(f"not a content digest: {digest!r}")
+        return StagedWriter(self, staging_id, header, digest, task, type_name, max_nbytes)
+
+    def _publish(self, temp: Path, sidecar: Sidecar, task: TaskReference) -> PutResult:
+        """Publish the complete payload in ``temp`` (verified) with its sidecar: written,
+        fsynced, renamed into place; if another writer published the digest first, only
+        the task is added to that object (and ``temp`` removed)."""
+        (temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
+        fsync_tree(temp)
+        with self._lock:
+            if publish_dir(temp, self.object_path(sidecar.digest)):
+                return PutResult(sidecar, created=True)
+            return PutResult(self._add_task_locked(sidecar.digest, task), created=False)
 
     def put_batch(self, items: Sequence[BatchItem]) -> list[PutResult | Exception]:
         """Store many small objects with one group commit: every new object is written
@@ -252,6 +342,20 @@ class DirectoryStore(SidecarEdits, ObjectStore):
     def exists(self, digest: str) -> bool:
         return is_digest(digest) and self.object_path(digest).is_dir()
 
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        sidecar = self.sidecar(digest)
+        directory = self.object_path(digest)
+        try:
+            ranges = self._body_files(directory, sidecar)
+            for part in ranges or ():
+                if os.stat(part.path).st_size < part.offset + part.size:
+                    raise CorruptObject(f"object {digest}: {part.path} is too short")
+        except FileNotFoundError as exc:
+            if directory.is_dir():
+                raise CorruptObject(f"object {digest} lacks {exc.filename}") from exc
+            raise ObjectNotFound(digest) from exc
+        return ranges
+
     def location(self, digest: str) -> str | None:
         directory = self.object_path(digest)
         if not directory.is_dir():
@@ -285,6 +389,7 @@ class DirectoryStore(SidecarEdits, ObjectStore):
     def sweep_temporary(self, older_than: float = 0.0) -> int:
         with self._lock:
             doomed = list((self.root / TEMP_DIR_NAME).glob("*"))
+            doomed += self.staging_root.glob("*")  # direct writes that never committed
             # replace_file's temporaries: ".sidecar.json.<uuid>" beside a sidecar.
             doomed += self.root.glob(f"??/*/.{SIDECAR_NAME}.*")
             if older_than > 0:
@@ -310,7 +415,8 @@ class _DirectoryWriter(CheckedWriter):
         if not store.object_path(digest).is_dir():
             self._temp = new_temp_dir(store.root, "put")
             try:
-                self._payload = store._open_payload(self._temp, header)
+                self._payload = store._open_payload(self._temp, header,
+                                                    strong=task.signature is not None)
             except BaseException:
                 self.abort()
                 raise
@@ -328,14 +434,11 @@ class _DirectoryWriter(CheckedWriter):
             self._body.verify()
             if self._temp is None:  # already stored (or removed meanwhile: ObjectNotFound)
                 return PutResult(store.add_task(digest, task), created=False)
-            sidecar = self._sidecar()
-            (self._temp / SIDECAR_NAME).write_bytes(sidecar.dumps())
-            fsync_tree(self._temp)
-            with store._lock:
-                if publish_dir(self._temp, store.object_path(digest)):
-                    self._temp = None
-                    return PutResult(sidecar, created=True)
-                return PutResult(store._add_task_locked(digest, task), created=False)
+            temp, self._temp = self._temp, None  # published, or removed by _publish
+            try:
+                return store._publish(temp, self._sidecar(), task)
+            finally:
+                remove_dir(temp)
         finally:
             self.abort()
 

@@ -18,11 +18,13 @@ from storage._parquet import ParquetStore
 from storage._zarr import ZarrArrayStore
 from storage.base import (
     BatchItem,
+    FileRange,
     ObjectReader,
     ObjectStore,
     ObjectWriter,
     PutResult,
     Sidecar,
+    Staging,
     TaskReference,
 )
 from storage.errors import ObjectNotFound
@@ -100,6 +102,18 @@ class LocalStorage(ObjectStore):
                 results[i] = result
         return [r for r in results if r is not None]
 
+    supports_staging = True
+
+    def staging(self, header: ObjectHeader) -> Staging:
+        return self.backend_for(header).staging(header)
+
+    def open_staged(self, staging_id: str, header: ObjectHeader, *, digest: str,
+                    task: TaskReference, type_name: str | None = None,
+                    max_nbytes: int | None = None) -> ObjectWriter:
+        return self.backend_for(header).open_staged(
+            staging_id, header, digest=digest, task=task, type_name=type_name,
+            max_nbytes=max_nbytes)
+
     def open_reader(self, digest: str) -> ObjectReader:
         return self._holder(digest).open_reader(digest)
 
@@ -130,6 +144,9 @@ class LocalStorage(ObjectStore):
 
     def location(self, digest: str) -> str | None:
         return self._holder(digest).location(digest)
+
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        return self._holder(digest).body_ranges(digest)
 
     def object_path(self, digest: str) -> Path:
         """The directory holding ``digest``; raises :class:`ObjectNotFound` if there is none."""

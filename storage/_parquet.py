@@ -28,7 +28,8 @@ class ParquetStore(DirectoryStore):
     def accepts(self, header: ObjectHeader) -> bool:
         return header.kind == "parquet"
 
-    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
+    def _open_payload(self, directory: Path, header: ObjectHeader, *,
+                      strong: bool = True) -> Payload:
         return FilePayload(directory / PARQUET_NAME, b"")
 
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:

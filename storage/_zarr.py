@@ -52,8 +52,9 @@ from zarr.codecs import BloscCodec, BytesCodec
 from zarr.storage import LocalStore
 
 from storage._atomic import fsync_file
+from storage._body import BodyCheck
 from storage._directory import DirectoryStore, Payload, Pieces
-from storage.base import Sidecar
+from storage.base import FileRange, Sidecar
 from storage.errors import CorruptObject, ObjectNotFound
 from storage.header import ObjectHeader
 
@@ -75,7 +76,8 @@ __all__ = [
 CHUNK_TARGET_BYTES = 16 * 2**20
 #: Beside ``zarr.json``: the xxh3-128 (hex) of every chunk's bytes as they arrived (the
 #: true dtype, C order), chunks in C order of the grid (``digests``), and their BLAKE3
-#: (``blake3``, 64 hex each). A lazy reader verifies each chunk it reads against them
+#: (``blake3``, 64 hex each; only for objects stored with a signature, the only ones whose
+#: readers check them). A lazy reader verifies each chunk it reads against them
 #: (``client_lib.open_cached``): a signing client checks the BLAKE3 list against the body
 #: digest its signature binds (docs/protocol.md, "Signed results"); the object's digest
 #: covers the whole body.
@@ -148,8 +150,42 @@ class ZarrArrayStore(DirectoryStore):
             raise ObjectNotFound(digest)
         return zarr.open_array(LocalStore(directory, read_only=True), mode="r")
 
-    def _open_payload(self, directory: Path, header: ObjectHeader) -> Payload:
-        return _ZarrPayload(directory, header)
+    def _open_payload(self, directory: Path, header: ObjectHeader, *,
+                      strong: bool = True) -> Payload:
+        return _ZarrPayload(directory, header, strong)
+
+    def _body_files(self, directory: Path, sidecar: Sidecar) -> list[FileRange] | None:
+        """The chunk files in grid order (the body's), when they hold the raw bytes."""
+        try:
+            array = zarr.open_array(LocalStore(directory, read_only=True), mode="r")
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            raise _read_error(directory, sidecar, exc) from exc
+        header = sidecar.header
+        if array.shape != header.shape or not _raw_chunks(
+                array, _DtypePlan.for_dtype(header.numpy_dtype).stored):
+            return None
+        itemsize = header.numpy_dtype.itemsize
+        ranges = []
+        for region in _regions(array.shape, array.chunks):
+            key = array.metadata.encode_chunk_key(
+                tuple(r.start // c for r, c in zip(region, array.chunks, strict=True)))
+            ranges.append(FileRange(str(directory / key), 0,
+                                    itemsize * math.prod(r.stop - r.start for r in region)))
+        return ranges
+
+    # (storage/_zarr_staged.py imports this module: imported when first needed)
+    def _staged_layout(self, header: ObjectHeader) -> dict | None:
+        from storage._zarr_staged import staged_metadata
+
+        return staged_metadata(header)
+
+    def _adopt_staged(self, directory: Path, header: ObjectHeader, body: BodyCheck, *,
+                      strong: bool) -> None:
+        from storage._zarr_staged import adopt_staged_array
+
+        adopt_staged_array(directory, header, body, strong=strong)
 
     def _read_pieces(self, directory: Path, sidecar: Sidecar) -> Pieces:
         """One piece per chunk, in C order (the body's order), each checked against its
@@ -305,10 +341,11 @@ class _ZarrPayload(Payload):
     waits for those fsyncs (the writer's commit still fsyncs the whole tree before the
     rename, which costs little for files already clean)."""
 
-    def __init__(self, directory: Path, header: ObjectHeader) -> None:
+    def __init__(self, directory: Path, header: ObjectHeader, strong: bool) -> None:
         assert header.shape is not None
         dtype = header.numpy_dtype
         self._directory = directory
+        self._strong_digests = strong  # BLAKE3 per chunk: only signed objects' readers use it
         self._shape = header.shape
         self._stored = _DtypePlan.for_dtype(dtype).stored
         self._itemsize = dtype.itemsize
@@ -361,7 +398,8 @@ class _ZarrPayload(Payload):
                 self._append_raw(piece)
                 return
         self._digests.append(xxhash.xxh3_128_hexdigest(piece))
-        self._blake3.append(blake3.blake3(piece).hexdigest())
+        if self._strong_digests:
+            self._blake3.append(blake3.blake3(piece).hexdigest())
         self._array[self._region] = np.frombuffer(piece, dtype=self._stored).reshape(
             self._dims)
         self._syncs.append(_SYNCS.submit(fsync_file, self._chunk_path()))
@@ -381,10 +419,11 @@ class _ZarrPayload(Payload):
             path.parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "wb", buffering=0)  # noqa: SIM115 - closed below
             self._hasher = xxhash.xxh3_128()
-            self._strong = blake3.blake3()
-        assert self._hasher is not None and self._strong is not None
+            self._strong = blake3.blake3() if self._strong_digests else None
+        assert self._hasher is not None
         self._hasher.update(piece)
-        self._strong.update(piece)
+        if self._strong is not None:
+            self._strong.update(piece)
         view = piece
         while view:
             view = view[self._file.write(view):]
@@ -393,7 +432,8 @@ class _ZarrPayload(Payload):
             return
         self._file.truncate(self._itemsize * math.prod(self._chunks))
         self._digests.append(self._hasher.hexdigest())
-        self._blake3.append(self._strong.hexdigest())
+        if self._strong is not None:
+            self._blake3.append(self._strong.hexdigest())
         self._syncs.append(_SYNCS.submit(_sync_and_close, self._file))
         self._file, self._hasher, self._strong, self._filled = None, None, None, 0
         self._next_region()
@@ -407,8 +447,10 @@ class _ZarrPayload(Payload):
         syncs, self._syncs = self._syncs, []
         for sync in syncs:
             sync.result()  # an fsync's error fails the write
-        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps(
-            {"digests": self._digests, "blake3": self._blake3}))
+        listed: dict[str, list[str]] = {"digests": self._digests}
+        if self._strong_digests:
+            listed["blake3"] = self._blake3
+        (self._directory / CHUNK_DIGESTS_NAME).write_text(json.dumps(listed))
 
     def close(self) -> None:
         self._buffer = None

@@ -24,17 +24,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from storage.errors import ObjectNotFound, StorageError
+from storage.errors import ObjectNotFound, StagingUnsupported, StorageError
 from storage.header import OPAQUE_KINDS, ObjectHeader
 
 __all__ = [
     "BatchItem",
     "Buffer",
+    "FileRange",
     "ObjectReader",
     "ObjectStore",
     "ObjectWriter",
     "PutResult",
     "Sidecar",
+    "Staging",
     "StoredObject",
     "TaskReference",
 ]
@@ -262,6 +264,40 @@ class ObjectReader(ABC):
         self.close()
 
 
+@dataclass(frozen=True, slots=True)
+class FileRange:
+    """``size`` bytes of the local file ``path`` from ``offset``: a part of a body kept as
+    it is (:meth:`ObjectStore.body_ranges`)."""
+
+    path: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Staging:
+    """Where a writer outside the server (a worker that sees the storage) puts the files of
+    one object before the server commits it (docs/architecture.md, "Direct writes").
+
+    ``location`` is the URL of the directory the files go in (the writer creates it);
+    ``layout`` says which files: ``blob``, one file ``blob`` holding the digest's preimage
+    (``kind\\ndtype\\nshape\\n``, then the body); ``parquet``, one file ``data.parquet``
+    holding the body; ``zarr``, one file per chunk holding the chunk's raw bytes (C order,
+    the true dtype), named by the chunk grid and key encoding of ``metadata`` (the
+    ``zarr.json`` the object will have; an edge chunk's file may be padded to the whole
+    chunk). Nothing else may be in the directory.
+    """
+
+    id: str
+    location: str
+    layout: str
+    metadata: Mapping[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "location": self.location, "layout": self.layout,
+                "metadata": None if self.metadata is None else dict(self.metadata)}
+
+
 @dataclass(frozen=True)
 class BatchItem:
     """One small object of :meth:`ObjectStore.put_batch`: its whole body in memory."""
@@ -295,6 +331,8 @@ class ObjectStore(ABC):
 
     #: The name recorded in sidecars and manifests (``blob``, ``zarr``).
     name: ClassVar[str]
+    #: Whether writers outside the server can stage objects here (:meth:`staging`).
+    supports_staging: ClassVar[bool] = False
 
     @abstractmethod
     def accepts(self, header: ObjectHeader) -> bool:
@@ -347,6 +385,33 @@ class ObjectStore(ABC):
             except StorageError as exc:
                 results.append(exc)
         return results
+
+    def staging(self, header: ObjectHeader) -> Staging:
+        """A new place where a writer that sees this storage stages an object with this
+        header (nothing is created: the writer makes the directory, so a writer without
+        write access fails there and uploads instead). Raises
+        :class:`~storage.errors.StagingUnsupported` where objects cannot be staged."""
+        raise StagingUnsupported(f"{self.name} storage takes no staged objects")
+
+    def open_staged(
+        self,
+        staging_id: str,
+        header: ObjectHeader,
+        *,
+        digest: str,
+        task: TaskReference,
+        type_name: str | None = None,
+        max_nbytes: int | None = None,
+    ) -> ObjectWriter:
+        """A writer whose body is the files staged under ``staging_id`` (its ``write``
+        takes no bytes). ``commit`` moves them out of the writer's reach, reads and
+        verifies them as ``open_writer``'s commit verifies a body (digest, dtype, shape;
+        only the layout's files, regular and not linked; at most ``max_nbytes``), and
+        publishes the object atomically (or adds the task to the stored one). On any
+        failure, and on ``abort``, the staged files are removed and nothing is published.
+        :class:`~storage.errors.StagingNotFound` from ``commit`` when nothing is staged
+        there."""
+        raise StagingUnsupported(f"{self.name} storage takes no staged objects")
 
     @abstractmethod
     def open_reader(self, digest: str) -> ObjectReader:
@@ -401,6 +466,15 @@ class ObjectStore(ABC):
         With ``older_than=0`` only call it while nothing writes to this store (the data
         directory's lock): it would remove a write in progress.
         """
+
+    def body_ranges(self, digest: str) -> list[FileRange] | None:
+        """The body as byte ranges of local files, in order, when the backend keeps it as
+        raw bytes in files (a blob after its header, a Parquet file, the chunk files of an
+        uncompressed Zarr array); None otherwise. **Not verified**: for a reader that
+        checks the digest itself (zero-copy serving: docs/architecture.md, "Bounds"). The
+        files' sizes are checked (:class:`~storage.errors.CorruptObject` for one too
+        short); :class:`~storage.errors.ObjectNotFound` if there is no such object."""
+        return None
 
     def location(self, digest: str) -> str | None:
         """Where a reader that sees this storage finds the object's payload (a URL such as

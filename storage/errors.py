@@ -14,6 +14,9 @@ __all__ = [
     "InvalidBody",
     "InvalidHeader",
     "ObjectNotFound",
+    "PayloadTooLarge",
+    "StagingNotFound",
+    "StagingUnsupported",
     "StorageError",
 ]
 
@@ -74,3 +77,23 @@ class BodySizeMismatch(InvalidBody):
 
 class InvalidHeader(StorageError, ValueError):
     """The object header (kind, dtype, shape) is malformed or not storable."""
+
+
+class PayloadTooLarge(InvalidBody):
+    """A staged object larger than its writer may store."""
+
+
+class StagingNotFound(StorageError):
+    """Nothing is staged under this id (never staged, committed or removed already)."""
+
+    def __init__(self, staging_id: str) -> None:
+        super().__init__(staging_id)
+        self.staging_id = staging_id
+
+    def __str__(self) -> str:
+        return f"nothing is staged under {self.staging_id!r}"
+
+
+class StagingUnsupported(StorageError):
+    """This storage (or this object's layout in it) takes no staged objects: upload the
+    body instead."""

@@ -27,7 +27,14 @@ from cache_server.service.errors import (
     NoRoom,
     RunNotFound,
 )
-from storage import CorruptObject, InvalidBody, InvalidHeader
+from storage import (
+    CorruptObject,
+    InvalidBody,
+    InvalidHeader,
+    PayloadTooLarge,
+    StagingNotFound,
+    StagingUnsupported,
+)
 
 __all__ = [
     "STATUS",
@@ -81,6 +88,9 @@ STATUS: dict[type[Exception], int] = {
     IndexUnavailable: 503,
     InvalidHeader: 422,
     InvalidBody: 400,
+    PayloadTooLarge: 413,
+    StagingNotFound: 404,
+    StagingUnsupported: 409,
     # Reads handle corrupt objects themselves (drop the entry, 404): one that reaches the
     # API is an upload whose body does not hash to its announced digest.
     CorruptObject: 400,

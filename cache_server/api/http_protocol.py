@@ -6,6 +6,9 @@ and the memory for the whole head. Here the bytes of each request head are count
 arrive, *before* the parser sees them; past ``max_header_bytes`` the request is answered
 ``431`` and the connection closed, so a stranger costs at most that much per connection.
 Bodies are not counted (their limits are the routes' business).
+
+The protocol also offers the ASGI zero-copy send extension on plain sockets
+(:mod:`cache_server.api.zero_copy`: object bodies go from file to socket with ``sendfile``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
+
+from cache_server.api.zero_copy import ZERO_COPY, ZeroCopySender
 
 __all__ = ["DEFAULT_MAX_HEADER_BYTES", "bounded_http_protocol"]
 
@@ -38,6 +43,23 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         # Bytes of the current request's head seen so far; None while its body arrives.
         self._head_bytes: int | None = 0
         self._tail = b""  # the last bytes seen, for an end of head split across reads
+        self._zero_copy: ZeroCopySender | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if ZeroCopySender.possible(transport):
+            self._zero_copy = ZeroCopySender(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._zero_copy is not None:
+            self._zero_copy.close()
+        super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if self._zero_copy is not None:
+            cycle.scope.setdefault("extensions", {})[ZERO_COPY] = {}
+            app = self._zero_copy.wrap(app, cycle)
+        super()._start_asgi_task(cycle, app)
 
     def data_received(self, data: bytes) -> None:
         if self._head_bytes is not None:

@@ -18,8 +18,9 @@ _DESCRIPTIONS = {
     400: "the body does not match its digest, dtype or shape",
     401: "missing or unknown bearer token (when the server has tokens)",
     403: "the token's scope does not allow this request",
-    404: "unknown hash (or an object found missing or corrupt)",
+    404: "unknown hash (or an object found missing or corrupt; or nothing staged there)",
     408: "the upload sent nothing for body_timeout seconds; aborted",
+    409: "the storage takes no staged objects (of this kind): upload with PUT",
     413: "body larger than the server accepts",
     422: "malformed hash, header, query or body",
     503: "the index (Redis) is unreachable, or the server is at a limit that frees itself "

@@ -35,12 +35,19 @@ from cache_server.service.capacity import Capacity
 from cache_server.service.errors import EntryNotFound, IndexUnavailable, RunNotFound
 from cache_server.service.leases import Leases
 from cache_server.service.locks import DigestLocks
-from cache_server.service.reads import Reads
+from cache_server.service.reads import ZERO_COPY_MIN_BYTES, FileBody, Reads
 from cache_server.service.removal import Removal
 from cache_server.service.upload import Upload
 from cache_server.service.writes import Writes
 from client_lib.wire.bounds import LEASE_BATCH
-from storage import CorruptObject, ObjectNotFound, ObjectStore, TaskReference
+from storage import (
+    CorruptObject,
+    ObjectHeader,
+    ObjectNotFound,
+    ObjectStore,
+    Staging,
+    TaskReference,
+)
 
 __all__ = ["ResultCache"]
 
@@ -66,6 +73,7 @@ class ResultCache:
         max_uploads: int = 64,
         body_timeout: float = 30.0,
         max_body_memory: int = 512 * 2**20,
+        zero_copy_min_bytes: int = ZERO_COPY_MIN_BYTES,
     ) -> None:
         self.index = index
         self.storage = storage
@@ -82,7 +90,8 @@ class ResultCache:
         self.memory = MemoryBudget(max_body_memory)
         self.removal = Removal(index, storage, self.locks, metrics)
         self.capacity = Capacity(index, self.removal, self.maintenance, metrics, max_bytes)
-        self.reads = Reads(index, storage, self.locks, self.memory, self.removal, metrics)
+        self.reads = Reads(index, storage, self.locks, self.memory, self.removal, metrics,
+                           zero_copy_min_bytes)
         self.writes = Writes(index, storage, self.locks, self.leases, self.removal,
                              self.capacity, metrics, max_body_bytes=max_body_bytes,
                              max_uploads=max_uploads, body_timeout=body_timeout)
@@ -98,6 +107,14 @@ class ResultCache:
                     ) -> tuple[Manifest, bool]:
         """See :meth:`.Writes.store`."""
         return await self.writes.store(upload, chunks)
+
+    async def staging(self, header: ObjectHeader) -> Staging:
+        """See :meth:`.Writes.staging`."""
+        return await self.writes.staging(header)
+
+    async def commit_staged(self, upload: Upload, staging_id: str) -> tuple[Manifest, bool]:
+        """See :meth:`.Writes.commit_staged`."""
+        return await self.writes.commit_staged(upload, staging_id)
 
     async def store_batch(
         self, chunks: AsyncIterable[bytes], limit: int,
@@ -115,6 +132,15 @@ class ResultCache:
     async def head(self, task_hash: str) -> Manifest:
         """See :meth:`.Reads.head`."""
         return await self.reads.head(task_hash)
+
+    async def serve(self, task_hash: str, run: str | None = None, *, zero_copy: bool = False
+                    ) -> tuple[Manifest, AsyncGenerator[memoryview] | FileBody]:
+        """See :meth:`.Reads.serve`."""
+        return await self.reads.serve(task_hash, run, zero_copy=zero_copy)
+
+    async def verify_reported(self, task_hash: str) -> bool:
+        """See :meth:`.Reads.verify_reported`."""
+        return await self.reads.verify_reported(task_hash)
 
     async def stream(self, task_hash: str, run: str | None = None
                      ) -> tuple[Manifest, AsyncGenerator[memoryview]]:

@@ -18,6 +18,11 @@ What happens on a ``PUT``, in order (:meth:`Writes.store`):
    goes if nothing else references it (:mod:`.removal`), the hash's lease ends, and the cap
    is enforced once more with the new entry counted.
 
+A direct write (:meth:`Writes.commit_staged`, docs/architecture.md, "Direct writes") takes
+the same steps with no body: a worker that sees the storage wrote the object's files into
+its staging area (:meth:`Writes.staging` names the place), and step 3 is the storage
+reading and verifying those files at commit.
+
 Nothing is published unless the whole body arrived and matched; a write that finds the disk
 full is :class:`NoRoom`. Objects are durable before their manifest is written
 (docs/architecture.md, "Invariants").
@@ -50,9 +55,12 @@ from cache_server.service.upload import Upload, manifest_for
 from storage import (
     BatchItem,
     BodySizeMismatch,
+    ObjectHeader,
     ObjectNotFound,
     ObjectStore,
+    ObjectWriter,
     PutResult,
+    Staging,
     TaskReference,
 )
 
@@ -139,13 +147,60 @@ class Writes:
             await body.drain()
             await self.leases.drop(upload.task_hash)
             return existing, False
-        now = time.time()
-        reference = TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
-                                  signature=upload.signature, expires=upload.expires(now))
+        reference = self._reference(upload)
         writer = await to_thread.run_sync(lambda: self.storage.open_writer(
             upload.header, digest=upload.digest, task=reference, type_name=upload.type_name))
+        return await self._commit(upload, writer, reference, body)
+
+    async def staging(self, header: ObjectHeader) -> Staging:
+        """A place to stage an object with this header (``storage.staging``), refused
+        before anything is written when its declared size could never be stored
+        (:class:`BodyTooLarge`, :class:`NoRoom`); :class:`~storage.StagingUnsupported`
+        where the storage takes none."""
+        expected = header.expected_nbytes
+        if expected is not None and expected > self.max_body_bytes:
+            raise BodyTooLarge(self.max_body_bytes)
+        cap = self.capacity.max_bytes
+        if cap is not None and expected is not None and expected > cap:
+            raise self.capacity.too_large(expected)
+        return await to_thread.run_sync(self.storage.staging, header)
+
+    async def commit_staged(self, upload: Upload, staging_id: str) -> tuple[Manifest, bool]:
+        """Store an object whose files a writer staged (``storage.open_staged``; see
+        docs/architecture.md, "Direct writes"): like :meth:`store`, with the body read from
+        the staged files, verified before anything is published; the staged files go
+        whatever happens. :class:`~storage.StagingNotFound` when nothing is staged there."""
+        self._check_length(upload)
+        with self._upload_slot():
+            existing = await self.removal.current(upload.task_hash)
+            reference = self._reference(upload)
+            writer = await to_thread.run_sync(lambda: self.storage.open_staged(
+                staging_id, upload.header, digest=upload.digest, task=reference,
+                type_name=upload.type_name, max_nbytes=self._staged_limit()))
+            if existing is not None and not upload.overwrite:
+                await to_thread.run_sync(writer.abort)
+                await self.leases.drop(upload.task_hash)
+                return existing, False
+            return await self._commit(upload, writer, reference, None)
+
+    def _staged_limit(self) -> int:
+        cap = self.capacity.max_bytes
+        return self.max_body_bytes if cap is None else min(cap, self.max_body_bytes)
+
+    @staticmethod
+    def _reference(upload: Upload) -> TaskReference:
+        now = time.time()
+        return TaskReference(upload.task_hash, upload.label, upload.compute_seconds, now,
+                             signature=upload.signature, expires=upload.expires(now))
+
+    async def _commit(self, upload: Upload, writer: ObjectWriter, reference: TaskReference,
+                      body: UploadBody | None) -> tuple[Manifest, bool]:
+        """Receive the ``body`` into ``writer`` (None: a staged object, whose writer reads
+        its files), then commit and publish it under the task hash's and the digest's
+        locks; the writer is aborted in any case."""
         try:
-            await body.write_to(writer.write)
+            if body is not None:
+                await body.write_to(writer.write)
             # The task hash's lock first, then the digest's (never the other way round):
             # uploads of one hash publish one at a time, so a loser never evicts.
             async with self.locks.hold(f"task:{upload.task_hash}"), \
@@ -167,7 +222,8 @@ class Writes:
         if replaced is not None and replaced[0].digest != upload.digest:
             await self.removal.forget_replaced(*replaced)
         await self.leases.drop(upload.task_hash)
-        self.metrics.bytes_received.inc(body.nbytes)
+        if body is not None:
+            self.metrics.bytes_received.inc(body.nbytes)
         if created:
             self.metrics.stores.inc()
             await self.capacity.settle(keep=upload.task_hash)

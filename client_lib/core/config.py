@@ -38,6 +38,9 @@ DEFAULTS = {
         # auto: read objects where they lie when this process sees the server's storage
         # (same host, shared volume), verified; else over HTTP. never: always HTTP.
         "direct-read": "auto",
+        # auto: write large objects into the server's storage (its staging area) when this
+        # process can, for the server to verify and commit; else upload. never: upload.
+        "direct-write": "auto",
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "report-runs": True,  # send each run's summary to the server (its dashboard)
         # Route dask.compute, .compute(), dask.persist and a distributed Client's compute,

@@ -37,6 +37,7 @@ from ..execution.tally import TALLIES, RunTally
 from ..policy.modes import AutoPolicy
 from ..transport.direct import direct_read_mode
 from ..transport.interface import Transport
+from ..transport.staging import direct_write_mode
 from .hashed import Hashed, hash_materialized, restore_annotations
 from .known import remember
 from .materialize import Materialized, materialize, paused_gc, unfuse
@@ -73,6 +74,7 @@ class Run:
                  compute_kwargs: dict[str, Any], optimize_graph: bool = True,
                  finalize: bool = True, explain: bool = False) -> None:
         direct_read_mode()  # a bad value is the caller's error, not a worker's
+        direct_write_mode()
         self.collections = collections
         self.settings = settings
         self.scheduler = Scheduler(scheduler, collections)

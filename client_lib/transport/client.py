@@ -12,6 +12,7 @@ how to degrade.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import threading
 import urllib.parse
@@ -28,7 +29,7 @@ from ..core.errors import (
 from ..core.signing import SigningKey
 from ..wire import batch, codec, headers
 from ..wire.bounds import LEASE_BATCH, LOOKUP_BATCH, MAX_COMPUTE_SECONDS
-from . import signatures
+from . import signatures, staging
 from .downloads import Downloads
 from .endpoints import normalize_urls
 from .interface import Transport
@@ -39,6 +40,7 @@ from .status import detail, expect
 
 __all__ = ["CacheClient"]
 
+logger = logging.getLogger("client_lib")
 
 
 class CacheClient(Loads, Transport):
@@ -82,6 +84,8 @@ class CacheClient(Loads, Transport):
         self._store_refused: CacheAccessDenied | None = None
         # Set once a location proves this process cannot see the server's storage.
         self._storage_unseen = False
+        # Set once a staging place proves this process cannot write it (direct writes).
+        self._staging_unseen = False
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
@@ -244,17 +248,58 @@ class CacheClient(Loads, Transport):
             sent[headers.TTL] = repr(float(ttl))
         if run is not None:
             sent[headers.RUN] = run
-        # memoryview slices of the value itself: h11 copies each once into the request
-        # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
-        response = self._store("PUT", f"/v1/objects/{task_hash}", body=enc.chunks,
-                               headers=sent,
-                               params={"overwrite": "true"} if overwrite else None)
+        params = {"overwrite": "true"} if overwrite else None
+        response = None
+        if not self._staging_unseen and staging.allowed(enc.nbytes):
+            response = self._put_direct(task_hash, enc, sent, params)
+        if response is None:
+            # memoryview slices of the value itself: h11 copies each once into the request
+            # bytes anyway, so converting them to ``bytes`` first would copy everything twice.
+            response = self._store("PUT", f"/v1/objects/{task_hash}", body=enc.chunks,
+                                   headers=sent, params=params)
         if response.status_code in (200, 201):
             return True
         if response.status_code in (413, 507):  # too large / no space: not an error
             return False
         raise CacheProtocolError(f"PUT {task_hash}: {response.status_code} "
                                  f"{detail(response)}")
+
+    def _put_direct(self, task_hash: str, enc: codec.Encoded, sent: dict[str, str],
+                    params: dict[str, str] | None) -> httpx.Response | None:
+        """Store ``enc`` by a direct write (:mod:`.staging`): the commit's response, or None
+        when it could not be done (upload it instead). A storage this process cannot write
+        ends direct writes for the client."""
+        request = {"kind": enc.kind, "dtype": enc.dtype or None, "shape": enc.shape or None}
+        answer = self._store("POST", "/v1/staging", json=request)
+        if answer.status_code in (413, 507):
+            return answer  # could never be stored: not an error
+        if answer.status_code != 200:
+            return None  # a server without direct writes, or storage that takes none
+        try:
+            place = answer.json()
+            staged = staging.stage_files(place, enc)
+        except staging.DirectWriteFailed as exc:
+            if exc.unreachable:
+                self._staging_unseen = True
+            logger.info("result cache: direct write of %s failed (%s); uploading", task_hash,
+                        exc)
+            return None
+        except (ValueError, TypeError, AttributeError) as exc:
+            logger.info("result cache: bad staging answer for %s: %r", task_hash, exc)
+            return None
+        try:
+            response = self._store("POST", f"/v1/objects/{task_hash}/commit",
+                                   headers=staging.commit_headers(sent, str(place["id"])),
+                                   params=params)
+        finally:
+            staged.settle()  # the directory is gone if committed or refused
+        if response.status_code in (200, 201, 413, 507):
+            return response
+        if response.status_code == 404:  # the server did not find what we wrote: another
+            self._staging_unseen = True  # directory at the same path; upload from now on
+        logger.info("result cache: the commit of %s was answered %s (%s); uploading",
+                    task_hash, response.status_code, detail(response))
+        return None
 
     def put_many(self, items: list[tuple[str, codec.Encoded, float, str, float | None,
                                          str | None]]) -> list[bool]:

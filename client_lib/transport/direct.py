@@ -27,15 +27,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import blake3
 import numpy as np
+import xxhash
 
 from ..core.config import setting
+from ..wire.body_hash import root_of
 from ..wire.codec import content_hasher, object_header
 
 __all__ = ["DirectReadFailed", "Location", "allowed", "direct_read_mode", "local_path",
-           "read_object"]
+           "read_object", "slab_plan"]
 
 _READ_THREADS = 8
+#: Bytes read per call (then hashed while they are in the cache).
+_PIECE_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -96,13 +101,22 @@ def _has_aws_credentials() -> bool:
 
 
 def read_object(path: Path | str, storage: str, kind: str, dtype: str, shape: str,
-                digest: str) -> Any:
-    """The verified body of one object at ``path`` (a buffer ``codec.decode`` takes).
-    Raises :class:`DirectReadFailed` for anything but a complete, matching object."""
+                digest: str, *, strong: bool = False) -> tuple[Any, str | None]:
+    """The verified body of one object at ``path`` (a buffer ``codec.decode`` takes) and,
+    when ``strong`` and it was computed in the same pass, its BLAKE3 body digest
+    (:mod:`client_lib.wire.body_hash`; else None: the caller computes it). Raises
+    :class:`DirectReadFailed` for anything but a complete, matching object.
+
+    A Zarr array of the server's raw layout with chunk digests is read by parallel
+    threads, each chunk in pieces straight into the output array, each piece hashed while
+    it is in the cache, each chunk checked against ``chunk_digests.json`` (written by the
+    server from a body whose content digest it verified): one pass over the bytes. Other
+    objects are checked against the content digest ``digest``."""
     hasher = content_hasher(kind, dtype, shape)
+    root, verified = None, False
     try:
         if storage == "zarr":
-            body: Any = _read_zarr(path, dtype, shape, hasher)
+            body, root, verified = _read_zarr(path, dtype, shape, hasher, strong)
         elif storage == "blob":
             raw = _read_url(path) if isinstance(path, str) else _read_file(path)
             prefix = object_header(kind, dtype, shape)
@@ -119,9 +133,9 @@ def read_object(path: Path | str, storage: str, kind: str, dtype: str, shape: st
         raise
     except Exception as exc:  # a missing chunk, a damaged file, an unknown layout
         raise DirectReadFailed(f"{path}: {type(exc).__name__}: {exc}") from None
-    if hasher.hexdigest() != digest:
+    if not verified and hasher.hexdigest() != digest:
         raise DirectReadFailed(f"{path} does not match its digest")
-    return body
+    return body, root
 
 
 def _read_url(url: str) -> memoryview:
@@ -149,21 +163,36 @@ def _read_exactly(f: Any, view: memoryview) -> None:
         filled += n
 
 
-def _read_zarr(directory: Path, dtype_text: str, shape_text: str, hasher: Any) -> memoryview:
-    """The array's C-order bytes in its true dtype, as one writable buffer, fed to
-    ``hasher`` (in order, while later chunks are still being read)."""
+def _read_zarr(directory: Path, dtype_text: str, shape_text: str, hasher: Any,
+               strong: bool) -> tuple[memoryview, str | None, bool]:
+    """The array's C-order bytes in its true dtype, as one writable buffer; the BLAKE3 body
+    digest when ``strong`` and computed here; whether the chunks were verified here
+    against ``chunk_digests.json`` (where the layout allows: ``hasher`` is then left
+    untouched), else the bytes were fed to ``hasher`` in order."""
     dtype = np.dtype(dtype_text)
     shape = tuple(json.loads(shape_text))
     meta = json.loads((directory / "zarr.json").read_bytes())
     out = np.empty(shape, dtype=dtype)
     flat = memoryview(out.reshape(-1).view(np.uint8))
-    plan = _slab_plan(meta, dtype, shape)
+    plan = slab_plan(meta, dtype, shape)
+    listed = _chunk_digests(directory) if plan is not None else None
+    if plan is not None and listed is not None and out.nbytes and len(listed[0]) == len(plan):
+        digests, strong_digests = listed
+        with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(plan))) as pool:
+            roots = list(pool.map(
+                lambda item: _read_verified_chunk(directory, flat, *item[1], item[0],
+                                                  digests, strong),
+                enumerate(plan)))
+        if strong and strong_digests is not None:
+            if [r.hex() for r in roots] != strong_digests:  # the list must be the chunks'
+                raise DirectReadFailed(f"{directory}: chunk_digests.json does not match")
+        return flat, root_of(roots) if strong else None, True
     if plan is not None and out.nbytes:
         with ThreadPoolExecutor(max_workers=min(_READ_THREADS, len(plan))) as pool:
             reads = pool.map(lambda item: _read_chunk(directory, flat, *item), plan)
             for (_, start, size), _ in zip(plan, reads, strict=True):
                 hasher.update(flat[start:start + size])
-        return flat
+        return flat, None, False
     if out.size:
         import zarr
         from zarr.storage import LocalStore
@@ -175,7 +204,41 @@ def _read_zarr(directory: Path, dtype_text: str, shape_text: str, hasher: Any) -
         out[...] = (stored.view(dtype) if stored.dtype.kind != dtype.kind
                     else stored.astype(dtype, copy=False))
     hasher.update(flat)
-    return flat
+    return flat, None, False
+
+
+def _chunk_digests(directory: Path) -> tuple[list[str], list[str] | None] | None:
+    """The chunk digests the server listed (xxh3, and BLAKE3 where it kept them), or None
+    for an object written before they existed."""
+    try:
+        listed = json.loads((directory / "chunk_digests.json").read_bytes())
+    except FileNotFoundError:
+        return None
+    strong = listed.get("blake3")
+    return list(listed["digests"]), None if strong is None else list(strong)
+
+
+def _read_verified_chunk(directory: Path, flat: memoryview, key: str, start: int, size: int,
+                         index: int, digests: list[str], strong: bool) -> bytes:
+    """Read one chunk into ``flat`` in pieces, hashing each while it is in the cache;
+    raise unless it matches its listed digest. Its BLAKE3 (empty without ``strong``)."""
+    chunk = xxhash.xxh3_128()
+    strong_hasher = blake3.blake3() if strong else None
+    with open(directory / key, "rb", buffering=0) as f:
+        position, end = start, start + size
+        while position < end:
+            n = f.readinto(flat[position:min(end, position + _PIECE_BYTES)])
+            if not n:
+                raise DirectReadFailed(f"{f.name} ended after {position - start} of "
+                                       f"{size} bytes")
+            piece = flat[position:position + n]
+            chunk.update(piece)
+            if strong_hasher is not None:
+                strong_hasher.update(piece)
+            position += n
+    if chunk.hexdigest() != digests[index]:
+        raise DirectReadFailed(f"chunk {key} of {directory} does not match its digest")
+    return strong_hasher.digest() if strong_hasher is not None else b""
 
 
 def _read_chunk(directory: Path, flat: memoryview, key: str, start: int, size: int) -> None:
@@ -183,7 +246,7 @@ def _read_chunk(directory: Path, flat: memoryview, key: str, start: int, size: i
         _read_exactly(f, flat[start:start + size])
 
 
-def _slab_plan(meta: dict, dtype: np.dtype, shape: tuple[int, ...]
+def slab_plan(meta: dict, dtype: np.dtype, shape: tuple[int, ...]
                ) -> list[tuple[str, int, int]] | None:
     """(chunk file, offset, bytes) of every chunk when the array's chunk files are its
     raw bytes in C order (``storage``'s layout without compression), else None."""

@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 
 from ..core.errors import CacheProtocolError
-from ..wire import codec
+from ..wire import body_hash, codec
 from . import light
 from .pool import Pool
 
@@ -81,11 +81,13 @@ class Downloads:
         self._local = threading.local()
 
 
-def read_body(readinto: ReadInto, length: str | None, kind: str, dtype: str, shape: str
-              ) -> tuple[Any, str]:
+def read_body(readinto: ReadInto, length: str | None, kind: str, dtype: str, shape: str,
+              *, strong: bool = False) -> tuple[Any, str, str | None]:
     """Read a streamed body into one preallocated buffer while hashing it (once);
-    (buffer, digest). An array is then a view of that buffer: no further copy.
-    ``length``: the ``Content-Length`` (the body's framing: no byte past it is read)."""
+    (buffer, digest, BLAKE3 body digest or None). An array is then a view of that buffer:
+    no further copy. ``length``: the ``Content-Length`` (the body's framing: no byte past
+    it is read). ``strong``: compute the body digest a signature binds in the same pass
+    (each piece hashed right after it arrived, while it is in the cache)."""
     hasher = codec.content_hasher(kind, dtype, shape)
     if length is None:
         parts = bytearray()
@@ -93,7 +95,7 @@ def read_body(readinto: ReadInto, length: str | None, kind: str, dtype: str, sha
         while n := readinto(piece):
             parts += piece[:n]
             hasher.update(piece[:n])
-        return parts, hasher.hexdigest()
+        return parts, hasher.hexdigest(), None
     size = int(length)
     if kind == "ndarray" and size != codec.array_nbytes(dtype, shape):
         # Checked before allocating: the headers alone never make us reserve memory.
@@ -101,14 +103,18 @@ def read_body(readinto: ReadInto, length: str | None, kind: str, dtype: str, sha
                                  f"and shape {shape}")
     # One preallocated array (not zero-filled) that the value will be a view of.
     view = memoryview(np.empty(size, dtype=np.uint8))
+    strong_hasher = body_hash.BodyRootHasher(kind, dtype, shape, size) if strong else None
     pos = 0
     while pos < size:
         n = readinto(view[pos:pos + READ_BYTES])
         if not n:
             raise CacheProtocolError(f"body ended after {pos} of {size} bytes")
         hasher.update(view[pos:pos + n])
+        if strong_hasher is not None:
+            strong_hasher.update(view[pos:pos + n])
         pos += n
-    return view, hasher.hexdigest()
+    root = strong_hasher.hexdigest() if strong_hasher is not None else None
+    return view, hasher.hexdigest(), root
 
 
 def _readinto_from(chunks: Iterator[bytes]) -> ReadInto:

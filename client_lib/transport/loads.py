@@ -5,6 +5,7 @@ before anything is decoded (docs/protocol.md, "Signed results")."""
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import http.client
 import json
 import logging
@@ -102,10 +103,16 @@ class Loads:
         signed = signatures.signed_body(self.signing_key, task_hash, h)
         if signed is None:
             raise CacheEntryUntrusted(task_hash, UNTRUSTED)
-        data, actual = read_body(readinto, h.get("content-length"), kind, dtype, shape)
+        data, actual, root = read_body(readinto, h.get("content-length"), kind, dtype, shape,
+                                       strong=bool(signed))
         if actual != digest:
+            # Large bodies come unread by the server: it verifies the object when told.
+            self.report_corrupt(task_hash)
             raise CacheEntryCorrupt(task_hash, digest, actual)
-        signatures.check_body(task_hash, signed, kind, dtype, shape, data)
+        if root is None:
+            signatures.check_body(task_hash, signed, kind, dtype, shape, data)
+        elif not hmac.compare_digest(root, signed):
+            raise CacheEntryUntrusted(task_hash, signatures.NOT_THE_SIGNED_BODY)
         return codec.decode(kind, dtype, shape, data)
 
     def locate(self, task_hash: str, run: str | None = None) -> direct.Location | None:
@@ -154,17 +161,22 @@ class Loads:
         if place.path is None:
             self._storage_unseen = True
             return _NOT_DIRECT
+        keyed = self.signing_key is not None
         try:
-            body = direct.read_object(place.path, place.storage, place.kind, place.dtype,
-                                      place.shape, place.digest)
+            body, root = direct.read_object(place.path, place.storage, place.kind,
+                                            place.dtype, place.shape, place.digest,
+                                            strong=keyed)
         except direct.DirectReadFailed as exc:
             logger.info("result cache: direct read of %s failed (%s); loading over HTTP",
                         task_hash, exc)
             return _NOT_DIRECT
-        if self.signing_key is not None:
+        if keyed:
             try:
-                signatures.check_body(task_hash, place.body, place.kind, place.dtype,
-                                      place.shape, body)
+                if root is None:
+                    signatures.check_body(task_hash, place.body, place.kind, place.dtype,
+                                          place.shape, body)
+                elif not hmac.compare_digest(root, place.body):
+                    raise CacheEntryUntrusted(task_hash, signatures.NOT_THE_SIGNED_BODY)
             except CacheEntryUntrusted:
                 self.report_untrusted(task_hash)
                 raise
@@ -194,6 +206,16 @@ class Loads:
         for task_hash in found:
             self.report_untrusted(task_hash)
         return found
+
+    def report_corrupt(self, task_hash: str) -> None:
+        """Tell the server that this entry's body did not match its digest, so that it
+        verifies the object and drops the entry if the stored bytes are bad (docs/protocol.md,
+        ``POST /v1/entries/{hash}/corrupt``). Best effort: never raises."""
+        try:
+            self.pool.request("POST", f"/v1/entries/{task_hash}/corrupt")
+        except ResultCacheError as exc:
+            logger.info("result cache: could not report a corrupt entry to %s: %s",
+                        self.url, exc)
 
     def report_untrusted(self, task_hash: str) -> None:
         """Tell the server that this entry was not loaded for its signature (counted as

@@ -14,8 +14,8 @@ from ..core.signing import SigningKey, configured_key
 from ..wire import codec
 from ..wire.body_hash import body_root
 
-__all__ = ["FROM_CONFIG", "UNTRUSTED", "check_body", "own_key", "resolve_key", "sign",
-           "signed_body"]
+__all__ = ["FROM_CONFIG", "NOT_THE_SIGNED_BODY", "UNTRUSTED", "check_body", "own_key",
+           "resolve_key", "sign", "signed_body"]
 
 FROM_CONFIG: Any = object()  # "this process's result-cache.signing-key"
 UNTRUSTED = "no valid signature for result-cache.signing-key; not loaded"
@@ -43,6 +43,10 @@ def own_key() -> SigningKey | None:
         return None
 
 
+#: Why a body whose digest matches but whose BLAKE3 body digest does not is refused.
+NOT_THE_SIGNED_BODY = "the body is not the one its signature binds; not loaded"
+
+
 def sign(key: SigningKey, task_hash: str, enc: codec.Encoded) -> str:
     """The signature of one stored object (its metadata and its body digest)."""
     return key.sign(task_hash, enc.kind, enc.dtype, enc.shape, enc.digest,
@@ -67,5 +71,4 @@ def check_body(task_hash: str, signed: str, kind: str, dtype: str, shape: str,
     binds (nothing to check for ``""``: a client without a key). Bytes that match the
     content digest but not this were written to pass for the signed ones."""
     if signed and body_root(kind, dtype, shape, body) != signed:
-        raise CacheEntryUntrusted(task_hash, "the body is not the one its signature binds; "
-                                  "not loaded")
+        raise CacheEntryUntrusted(task_hash, NOT_THE_SIGNED_BODY)

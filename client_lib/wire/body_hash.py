@@ -22,8 +22,8 @@ from collections.abc import Iterator, Sequence
 import blake3
 import numpy as np
 
-__all__ = ["CHUNK_TARGET_BYTES", "body_root", "chunk_shape", "piece_digest", "piece_sizes",
-           "root_of"]
+__all__ = ["CHUNK_TARGET_BYTES", "BodyRootHasher", "body_root", "chunk_shape", "piece_digest",
+           "piece_sizes", "root_of"]
 
 #: The server's Zarr chunk size target (storage/_zarr.py ``CHUNK_TARGET_BYTES``).
 CHUNK_TARGET_BYTES = 16 * 2**20
@@ -90,3 +90,36 @@ def body_root(kind: str, dtype: str, shape: str, body: memoryview | bytes) -> st
     if start != view.nbytes:
         raise ValueError(f"a body of {view.nbytes} bytes is not a {dtype} array of {shape}")
     return root_of(digests)
+
+
+class BodyRootHasher:
+    """:func:`body_root` fed piece by piece as the bytes arrive (a download hashing while
+    it reads): ``update`` with consecutive parts of the body, then :meth:`hexdigest`."""
+
+    def __init__(self, kind: str, dtype: str, shape: str, nbytes: int) -> None:
+        self._sizes = piece_sizes(kind, dtype, shape, nbytes)
+        self._hasher = blake3.blake3()
+        self._digests: list[bytes] = []
+        self._left = next(self._sizes)
+        if not self._left:  # an empty body is one empty piece
+            self._digests.append(self._hasher.digest())
+
+    def update(self, data: memoryview | bytes) -> None:
+        view = memoryview(data).cast("B")
+        while view.nbytes:
+            if not self._left:
+                raise ValueError("more bytes than the body's pieces hold")
+            take = min(self._left, view.nbytes)
+            self._hasher.update(view[:take])
+            self._left -= take
+            view = view[take:]
+            if not self._left:
+                self._digests.append(self._hasher.digest())
+                self._hasher = blake3.blake3()
+                self._left = next(self._sizes, 0)
+
+    def hexdigest(self) -> str:
+        """The body digest; ``ValueError`` if the body is not complete."""
+        if self._left or next(self._sizes, None) is not None:
+            raise ValueError("the body is not complete")
+        return root_of(self._digests)

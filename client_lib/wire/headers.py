@@ -5,7 +5,7 @@ looked up by these names as they are."""
 from __future__ import annotations
 
 __all__ = ["COMPUTE_SECONDS", "DIGEST", "DTYPE", "EXPIRES", "KIND", "LABEL", "RUN", "SHAPE",
-           "SIGNATURE", "TTL", "TYPE"]
+           "SIGNATURE", "STAGING", "TTL", "TYPE"]
 
 KIND = "X-Result-Kind"  # ndarray | pickle | parquet
 DIGEST = "X-Result-Digest"  # the content digest (32 hex)
@@ -18,3 +18,4 @@ SIGNATURE = "X-Result-Signature"  # docs/protocol.md, "Signed results"
 TTL = "X-Result-TTL"  # seconds the entry lives
 EXPIRES = "X-Result-Expires"  # when it expires (answers only)
 RUN = "X-Result-Run"  # the run a load or store belongs to (its event names it)
+STAGING = "X-Result-Staging"  # a commit: the staging id whose files are the object

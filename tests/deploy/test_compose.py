@@ -132,6 +132,11 @@ def test_scheduler_and_workers(services):
     assert worker["volumes"] == [f"cache-data:{data_dir}:ro"]
 
 
+def test_workers_write_the_cache_volume_only_when_the_operator_says_so():
+    worker = compose_config({"WORKER_CACHE_MODE": "rw"})["services"]["worker"]
+    assert worker["volumes"] == ["cache-data:/data:rw"]  # direct writes (staging area)
+
+
 def test_every_setting_is_a_documented_variable_with_a_default():
     variables = compose_variables()
     assert {"CACHE_PORT", "SCHEDULER_PORT", "DASHBOARD_PORT", "WORKERS", "CACHE_ADDRESS",

@@ -34,6 +34,8 @@ ROUTES = {
     ("POST", "/v1/lookup/packed"): "read",
     ("PUT", "/v1/objects/{task_hash}"): "write",
     ("POST", "/v1/objects/batch"): "write",
+    ("POST", "/v1/staging"): "write",
+    ("POST", "/v1/objects/{task_hash}/commit"): "write",
     ("GET", "/v1/objects/{task_hash}"): "read",
     ("HEAD", "/v1/objects/{task_hash}"): "read",
     ("GET", "/v1/entries"): "read",
@@ -43,6 +45,7 @@ ROUTES = {
     ("POST", "/v1/entries/{task_hash}/pin"): "write",
     ("POST", "/v1/entries/{task_hash}/unpin"): "write",
     ("POST", "/v1/entries/{task_hash}/untrusted"): "read",
+    ("POST", "/v1/entries/{task_hash}/corrupt"): "read",
     ("GET", "/v1/stats"): "read",
     ("POST", "/v1/leases"): "write",
     ("POST", "/v1/leases/renew"): "write",
@@ -92,6 +95,9 @@ def call(server: RunningServer, method: str, path: str, token: str | None) -> ht
         headers["Content-Type"] = "application/json"
     elif path.startswith("/v1/leases") and method == "POST":
         body = b'{"holder": "auth-test", "hashes": []}'
+        headers["Content-Type"] = "application/json"
+    elif path == "/v1/staging":
+        body = b'{"kind": "pickle"}'
         headers["Content-Type"] = "application/json"
     elif path == "/v1/runs" and method == "POST":
         body = f'{{"run_id": "{new_hash()}", "started": 1.0}}'.encode()

@@ -127,3 +127,36 @@ def test_cached_compute_is_correct_when_results_do_not_fit(fresh_server: FreshSe
     assert not [r for r in caplog.records if "storing results failed" in r.getMessage()]
     stats = httpx.get(f"{server.url}/v1/stats").json()
     assert 0 < stats["stored_bytes"] <= 3 * 2**20 and stats["evictions"] > 0
+
+
+@pytest.mark.parametrize("direct_read", ["never", "auto"])
+def test_bodies_sent_unread_are_verified_by_the_client_and_dropped_when_corrupt(
+        fresh_server: FreshServer, direct_read: str) -> None:
+    """Bodies of at least zero_copy_min_bytes go from their files to the socket unread
+    (docs/architecture.md, Bounds): the client's digest check refuses a flipped byte,
+    it reports the entry, and the server verifies the object itself and drops it."""
+    import dask
+
+    from client_lib import CacheClient, CacheEntryCorrupt
+
+    server = fresh_server()
+    value = np.random.default_rng(5).random(3 * 2**21)  # 48 MiB: three 16 MiB chunks
+    client = CacheClient(server.url)
+    task_hash, sound = uuid.uuid4().hex, uuid.uuid4().hex
+    assert client.put(task_hash, value, 1.0, "big")
+    assert client.put(sound, value + 1, 1.0, "big")
+    digest = client.entry(task_hash)["digest"]
+    chunk = server.data_dir / "objects" / "zarr" / digest[:2] / digest / "c" / "1"
+    data = bytearray(chunk.read_bytes())
+    data[12345] ^= 0x10
+    chunk.write_bytes(bytes(data))
+    with dask.config.set({"result-cache.direct-read": direct_read}):
+        with pytest.raises(CacheEntryCorrupt):
+            client.get(task_hash)
+        np.testing.assert_array_equal(client.get(sound), value + 1)
+    with httpx.Client(base_url=server.url) as http:
+        assert http.get(f"/v1/entries/{task_hash}").status_code == 404
+        assert http.get("/v1/stats").json()["corrupt"] == 1
+        # A report about a sound object removes nothing (the client's word is not enough).
+        assert http.post(f"/v1/entries/{sound}/corrupt").json() == {"corrupt": False}
+        assert http.get(f"/v1/entries/{sound}").status_code == 200

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import xxhash
 
 from tests.conftest import FreshServer
 from tests.stress.memory import (
@@ -56,7 +57,9 @@ def _stalled_reader(url: str, task_hash: str) -> socket.socket:
 
 def test_download_memory_is_budgeted_and_stalled_readers_are_cut_off(
         fresh_server: FreshServer) -> None:
-    server = fresh_server(max_body_memory=24 * MiB, body_timeout=3)
+    # Verified streams (bodies below zero_copy_min_bytes): each holds a chunk and a piece.
+    server = fresh_server(max_body_memory=24 * MiB, body_timeout=3,
+                          zero_copy_min_bytes=128 * MiB)
     task_hash, _ = store_random_array(server.url, 64)  # 16 MiB chunks
     with httpx.Client(base_url=server.url, timeout=60) as client:
         reader = _stalled_reader(server.url, task_hash)
@@ -79,3 +82,30 @@ def test_download_memory_is_budgeted_and_stalled_readers_are_cut_off(
             reader.close()
         body = client.get(f"/v1/objects/{task_hash}")
         assert body.status_code == 200 and len(body.content) == 64 * MiB
+
+
+def test_zero_copy_downloads_are_budgeted_and_stalled_ones_cut_off(
+        fresh_server: FreshServer) -> None:
+    """A body sent from its files (sendfile) holds no buffer of the server's, but may fill
+    a socket's send buffer in the kernel: each reserves 4 MiB (ZERO_COPY_RESERVE). Readers
+    that stop reading hold that until body_timeout cuts them off."""
+    server = fresh_server(max_body_memory=24 * MiB, body_timeout=5)
+    task_hash, digest = store_random_array(server.url, 64)
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        readers = []
+        try:
+            for _ in range(24 // 4):  # six stalled readers of 4 MiB fill the 24 MiB
+                readers.append(_stalled_reader(server.url, task_hash))
+            refused = client.get(f"/v1/objects/{task_hash}")
+            assert refused.status_code == 503 and "max_body_memory" in refused.json()["detail"]
+            assert client.get("/healthz").status_code == 200
+            deadline = time.monotonic() + 60
+            while (got := client.get(f"/v1/objects/{task_hash}")).status_code == 503:
+                assert time.monotonic() < deadline
+                time.sleep(0.5)
+            assert got.status_code == 200 and len(got.content) == 64 * MiB
+            prefix = f"ndarray\n<f8\n[{8 * MiB}]\n".encode()
+            assert xxhash.xxh3_128_hexdigest(prefix + got.content) == digest
+        finally:
+            for reader in readers:
+                reader.close()

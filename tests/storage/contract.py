@@ -7,6 +7,7 @@ the same tests then run against every implementation (like zarr-python's store t
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 import tracemalloc
@@ -30,7 +31,11 @@ from storage import (
     ObjectHeader,
     ObjectNotFound,
     ObjectStore,
+    PayloadTooLarge,
     PutResult,
+    Staging,
+    StagingNotFound,
+    StagingUnsupported,
     TaskReference,
     content_digest,
 )
@@ -93,7 +98,7 @@ class Files:
         return [p.rstrip("/") for p in self.fs.find(self.root, withdirs=withdirs)]
 
     def _temporary(self, path: str) -> bool:
-        return "/.tmp/" in path[len(self.root):]
+        return any(area in path[len(self.root):] for area in ("/.tmp/", "/.staging/"))
 
     def visible(self) -> list[str]:
         """Every file under the root outside its temporary areas."""
@@ -130,6 +135,35 @@ class Files:
 
     def remove(self, path: str) -> None:
         self.fs.rm_file(path)
+
+
+def staged_files(staging: Staging, encoded: Encoded) -> dict[str, bytes]:
+    """The files a writer outside the server stages for ``encoded`` (storage.base.Staging:
+    the layout is part of the protocol, so this is written from its description)."""
+    if staging.layout == "blob":
+        return {"blob": encoded.header.digest_prefix() + encoded.body}
+    if staging.layout == "parquet":
+        return {"data.parquet": encoded.body}
+    assert staging.layout == "zarr" and staging.metadata is not None
+    header = encoded.header
+    chunks = staging.metadata["chunk_grid"]["configuration"]["chunk_shape"]
+    separator = staging.metadata["chunk_key_encoding"]["configuration"]["separator"]
+    value = np.frombuffer(encoded.body, dtype=header.numpy_dtype).reshape(header.shape)
+    files = {}
+    grid = [range(0, n, c) for n, c in zip(header.shape, chunks, strict=True)]
+    for corner in itertools.product(*grid):
+        region = tuple(slice(a, a + c) for a, c in zip(corner, chunks, strict=True))
+        key = separator.join(["c", *(str(a // c) for a, c in zip(corner, chunks, strict=True))])
+        files[key] = np.ascontiguousarray(value[region]).tobytes()
+    return files
+
+
+def write_staged(staging: Staging, files: dict[str, bytes]) -> Path:
+    directory = Path(fsspec.core.url_to_fs(staging.location)[1])
+    for name, data in files.items():
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+    return directory
 
 
 def failing_chunks(encoded: Encoded, after: int) -> Iterator[bytes]:
@@ -518,3 +552,147 @@ class StoreContract:
                 assert raw in (encoded.body, encoded.header.digest_prefix() + encoded.body)
         with pytest.raises(ObjectNotFound):
             store.location("f" * 32)
+
+    # -- objects staged by writers outside the server (docs/architecture.md, Direct writes)
+
+    def staged(self, store: ObjectStore) -> list[tuple[Encoded, Staging]]:
+        """Samples this store can stage, each with a fresh staging place (asserting that
+        a store without staging says so)."""
+        rng = np.random.default_rng(1)
+        candidates = [*self.samples(store),
+                      # two chunks of the 16 MiB rule, the second an edge
+                      encode_array(np.frombuffer(rng.bytes(17 * 2**20), "u1").reshape(17, -1)),
+                      encode_array(rng.integers(0, 2, 2**21).astype(bool))]
+        found = []
+        for encoded in candidates:
+            if not store.accepts(encoded.header):
+                continue
+            try:
+                found.append((encoded, store.staging(encoded.header)))
+            except StagingUnsupported:
+                continue
+        assert bool(found) == store.supports_staging
+        return found
+
+    def commit(self, store: ObjectStore, staging: Staging, encoded: Encoded, n: int = 1,
+               digest: str | None = None, **options: Any) -> PutResult:
+        with store.open_staged(staging.id, encoded.header, digest=digest or encoded.digest,
+                               task=task(n), **options) as writer:
+            return writer.commit()
+
+    def test_staged_objects_are_committed_from_their_files(self, store: ObjectStore) -> None:
+        files = self.files(store)
+        for encoded, staging in self.staged(store):
+            write_staged(staging, staged_files(staging, encoded))
+            assert not store.exists(encoded.digest)  # staged is not stored
+            result = self.commit(store, staging, encoded)
+            assert result.created and result.sidecar.nbytes == len(encoded.body)
+            assert bytes(store.get(encoded.digest).body) == encoded.body
+            # Staging the same object again only adds the task (the files still proven).
+            again = store.staging(encoded.header)
+            write_staged(again, staged_files(again, encoded))
+            assert not self.commit(store, again, encoded, n=2).created
+            assert set(store.sidecar(encoded.digest).tasks) == {task(1).task_hash,
+                                                                 task(2).task_hash}
+        assert files.leftovers() == []
+        if not store.supports_staging:
+            with pytest.raises(StagingUnsupported):
+                store.open_staged("0" * 32, ObjectHeader.pickle(), digest="0" * 32,
+                                  task=task()).commit()
+
+    def test_staged_files_that_do_not_match_are_refused_and_removed(
+            self, store: ObjectStore) -> None:
+        files = self.files(store)
+        for encoded, staging in self.staged(store):
+            other = bytearray(encoded.body)
+            other[-1] ^= 1  # (a bool array's last byte flips between 0 and 1)
+            wrong = Encoded(encoded.header, bytes(other), encoded.digest)
+            write_staged(staging, staged_files(staging, wrong))
+            with pytest.raises(DigestMismatch):
+                self.commit(store, staging, encoded)
+            assert not store.exists(encoded.digest) and files.leftovers() == []
+            with pytest.raises(StagingNotFound):  # gone, not committable later
+                self.commit(store, staging, encoded)
+            short = store.staging(encoded.header)
+            staged = staged_files(short, encoded)
+            last = sorted(staged)[-1]
+            staged[last] = staged[last][:-1]
+            write_staged(short, staged)
+            with pytest.raises((InvalidBody, DigestMismatch)):
+                self.commit(store, short, encoded)
+            assert not store.exists(encoded.digest) and files.leftovers() == []
+
+    def test_staged_files_must_be_the_layout_alone(self, store: ObjectStore,
+                                                   tmp_path: Path) -> None:
+        outside = tmp_path / "server-secret"
+        for encoded, _ in self.staged(store):
+            for damage in ("extra", "symlink", "hardlink", "missing"):
+                staging = store.staging(encoded.header)
+                staged = staged_files(staging, encoded)
+                name = sorted(staged)[0]
+                directory = write_staged(staging, staged)
+                if damage == "extra":
+                    (directory / "zarr.json").write_bytes(b"{}")
+                elif damage == "missing":
+                    (directory / name).unlink()
+                else:
+                    outside.write_bytes(staged[name])
+                    (directory / name).unlink()
+                    link = os.symlink if damage == "symlink" else os.link
+                    link(outside, directory / name)
+                with pytest.raises(InvalidBody):
+                    self.commit(store, staging, encoded)
+                assert not store.exists(encoded.digest)
+                assert outside.exists() or damage in ("extra", "missing")
+                outside.unlink(missing_ok=True)
+        assert self.files(store).leftovers() == []
+
+    def test_half_staged_objects_are_invisible_and_swept(self, store: ObjectStore) -> None:
+        for encoded, staging in self.staged(store):
+            staged = staged_files(staging, encoded)
+            write_staged(staging, dict(list(staged.items())[: max(1, len(staged) // 2)]))
+            assert not store.exists(encoded.digest)
+            assert encoded.digest not in set(store.digests())
+        if store.supports_staging:
+            files = self.files(store)
+            assert files.leftovers()
+            assert store.sweep_temporary(older_than=3600) == 0  # maybe still being written
+            assert store.sweep_temporary() >= 1
+            assert files.leftovers() == []
+
+    def test_staged_objects_are_bounded(self, store: ObjectStore) -> None:
+        for encoded, staging in self.staged(store):
+            write_staged(staging, staged_files(staging, encoded))
+            with pytest.raises(PayloadTooLarge):
+                self.commit(store, staging, encoded, max_nbytes=len(encoded.body) - 1)
+            assert not store.exists(encoded.digest)
+            for bad_id in ("../" + "0" * 29, "f" * 32):  # not an id; never staged
+                with pytest.raises(StagingNotFound):
+                    self.commit(store, Staging(bad_id, "", staging.layout), encoded)
+
+    def test_body_ranges_are_the_body_as_it_lies(self, store: ObjectStore) -> None:
+        """For zero-copy serving: the body's bytes in files, in order (not verified: the
+        sizes are checked, a truncated file is corrupt)."""
+        rng = np.random.default_rng(2)
+        samples = [*self.samples(store),
+                   encode_array(np.frombuffer(rng.bytes(17 * 2**20), "u1").reshape(17, -1))]
+        served = 0
+        for encoded in (s for s in samples if store.accepts(s.header)):
+            self.put(store, encoded)
+            ranges = store.body_ranges(encoded.digest)
+            if ranges is None:
+                continue
+            served += 1
+            body = b""
+            for part in ranges:
+                with open(part.path, "rb") as f:
+                    f.seek(part.offset)
+                    body += f.read(part.size)
+            assert body == encoded.body
+            with open(ranges[-1].path, "r+b") as f:
+                f.truncate(ranges[-1].offset + ranges[-1].size - 1)
+            with pytest.raises(CorruptObject):
+                store.body_ranges(encoded.digest)
+        if served:  # a store that serves files says which objects it has not
+            with pytest.raises(ObjectNotFound):
+                store.body_ranges("f" * 32)

@@ -70,6 +70,17 @@ async def report_untrusted(task_hash: TaskHash, cache: CacheDep) -> Response:
     return Response(status_code=204)
 
 
+@router.post("/v1/entries/{task_hash}/corrupt", responses=errors(404, 503))
+async def report_corrupt(task_hash: TaskHash, cache: CacheDep) -> dict[str, bool]:
+    """A client received this entry's body and it did not match its digest (bodies of at
+    least ``zero_copy_min_bytes`` are sent unread by the server). The server reads and
+    verifies the object itself and drops the entry if it is corrupt (a ``corrupt`` event);
+    ``{"corrupt": true}`` then, else ``{"corrupt": false}`` (the bytes were damaged on the
+    way, not in storage). One verification at a time: 503 with Retry-After while another
+    runs."""
+    return {"corrupt": await cache.verify_reported(task_hash)}
+
+
 @router.delete(
     "/v1/entries/{task_hash}",
     status_code=204,

@@ -7,24 +7,26 @@ from typing import Annotated, Any
 from urllib.parse import quote, unquote
 
 from anyio import fail_after
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, SettingsDep, TaskHash
 from cache_server.api.errors import InvalidRequest, status_of
 from cache_server.api.responses import errors
 from cache_server.api.routers.runs import RunHeader
+from cache_server.api.zero_copy import ZERO_COPY
 from cache_server.models import Manifest
 from cache_server.service.body import PIECE_BYTES
 from cache_server.service.errors import BodyTooLarge
+from cache_server.service.reads import FileBody
 from cache_server.service.upload import Upload
 from client_lib.wire import batch, bounds
 from client_lib.wire import headers as result_headers
 from storage import ObjectHeader, is_digest
 
-__all__ = ["router"]
+__all__ = ["UploadHeaders", "router", "stored_answer"]
 
 router = APIRouter(tags=["objects"])
 
@@ -50,19 +52,9 @@ def _parse_content_length(raw: str | None) -> int | None:
     return length
 
 
-@router.put(
-    "/v1/objects/{task_hash}",
-    status_code=201,
-    dependencies=[WriteAccess],
-    responses={
-        200: {"model": Manifest, "description": "already indexed; body discarded"},
-        **errors(400, 403, 408, 413, 507),
-    },
-)
-async def put_object(
+async def upload_headers(
     request: Request,
     task_hash: TaskHash,
-    cache: CacheDep,
     kind: Annotated[str, Header(alias=result_headers.KIND)],
     digest: Annotated[str, Header(alias=result_headers.DIGEST)],
     compute_seconds: Annotated[float, Header(alias=result_headers.COMPUTE_SECONDS)],
@@ -74,10 +66,9 @@ async def put_object(
     ttl: Annotated[float | None, Header(alias=result_headers.TTL)] = None,
     run: RunHeader = None,
     overwrite: Annotated[bool, Query(description="replace an indexed entry")] = False,
-) -> Response:
-    """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
-    existing entry instead); nothing kept on any error."""
-    upload = Upload(
+) -> Upload:
+    """The validated metadata of a ``PUT`` (or a staged object's commit) from its headers."""
+    return Upload(
         task_hash=task_hash,
         header=ObjectHeader.from_wire(kind, dtype, shape),
         digest=digest,
@@ -90,7 +81,30 @@ async def put_object(
         overwrite=overwrite,
         run=run,
     )
+
+
+#: An upload's metadata, from the ``X-Result-*`` headers of its request.
+UploadHeaders = Annotated[Upload, Depends(upload_headers)]
+
+
+@router.put(
+    "/v1/objects/{task_hash}",
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses={
+        200: {"model": Manifest, "description": "already indexed; body discarded"},
+        **errors(400, 403, 408, 413, 507),
+    },
+)
+async def put_object(request: Request, upload: UploadHeaders, cache: CacheDep) -> Response:
+    """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
+    existing entry instead); nothing kept on any error."""
     manifest, created = await cache.store(upload, request.stream())
+    return stored_answer(manifest, created)
+
+
+def stored_answer(manifest: Manifest, created: bool) -> JSONResponse:
+    """201 with the manifest of a new entry, 200 with that of the indexed one."""
     return JSONResponse(manifest.model_dump(mode="json"), status_code=201 if created else 200)
 
 
@@ -120,6 +134,31 @@ class _BodyResponse(StreamingResponse):
             await self.pieces.aclose()
 
 
+class _FileBodyResponse(Response):
+    """Sends a :class:`FileBody` with one zero-copy message per file range (a reader whose
+    socket takes nothing for ``send_timeout`` seconds is cut off), and always releases what
+    the body holds (read mark, memory reservation). A file that vanished or shrank
+    meanwhile cuts the response off: the client never sees a complete body then."""
+
+    def __init__(self, body: FileBody, send_timeout: float, headers: dict[str, str]) -> None:
+        super().__init__(media_type=_OCTETS, headers=headers)
+        self.body_files = body
+        self.send_timeout = send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send({"type": "http.response.start", "status": self.status_code,
+                        "headers": self.raw_headers})
+            for part in self.body_files.ranges:
+                with open(part.path, "rb", buffering=0) as file:
+                    await send({"type": ZERO_COPY, "file": file, "offset": part.offset,
+                                "count": part.size, "more_body": True,
+                                "timeout": self.send_timeout})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            await self.body_files.close()
+
+
 def _object_headers(manifest: Manifest) -> dict[str, str]:
     headers = {
         result_headers.KIND: manifest.kind,
@@ -146,12 +185,16 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
     response_class=StreamingResponse,
     responses={200: {"content": {_OCTETS: {}}}, **errors(404)},
 )
-async def get_object(task_hash: TaskHash, cache: CacheDep,
-                     settings: SettingsDep, run: RunHeader = None) -> StreamingResponse:
-    """The verified body, streamed from storage; counts a hit and the entry's compute
-    seconds as saved."""
-    manifest, pieces = await cache.stream(task_hash, run)
-    return _BodyResponse(pieces, settings.body_timeout, _object_headers(manifest))
+async def get_object(request: Request, task_hash: TaskHash, cache: CacheDep,
+                     settings: SettingsDep, run: RunHeader = None) -> Response:
+    """The body, streamed from storage (verified by the server below
+    ``zero_copy_min_bytes``; larger bodies go from their files to the socket as they lie,
+    and the client verifies them); counts a hit and the entry's compute seconds as saved."""
+    zero_copy = ZERO_COPY in request.scope.get("extensions", {})
+    manifest, body = await cache.serve(task_hash, run, zero_copy=zero_copy)
+    if isinstance(body, FileBody):
+        return _FileBodyResponse(body, settings.body_timeout, _object_headers(manifest))
+    return _BodyResponse(body, settings.body_timeout, _object_headers(manifest))
 
 
 @router.head("/v1/objects/{task_hash}", responses=errors(404))
