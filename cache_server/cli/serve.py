@@ -42,7 +42,8 @@ __all__ = ["serve"]
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="replica processes behind the one port (docs/architecture.md, Replicas)",
+    # docs/architecture.md, "Replicas and object storage"
+    help="replica processes behind the one port",
 )
 @click.option("--fd", type=int, default=None, hidden=True, help="serve on this listening socket")
 def serve(

@@ -1,4 +1,5 @@
-"""Locks in Redis, shared by every replica of one cache (docs/architecture.md, "Replicas").
+"""Locks in Redis, shared by every replica of one cache (docs/architecture.md, "Replicas
+and object storage").
 
 - :class:`RedisLock`: an exclusive lock with an expiry (``SET NX PX``), renewed while its
   holder runs and released only by its holder (compare-and-delete), so a replica killed

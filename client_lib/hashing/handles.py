@@ -1,5 +1,6 @@
 """Handles to external mutable state: open files, partd stores, locks, connections,
-sockets, executors, zarr/HDF5 objects, filesystems. docs/correctness.md, "Handles".
+sockets, executors, zarr/HDF5 objects, filesystems.
+docs/correctness.md, "Tasks that are not values".
 
 A handle is not a value: pickled, it either fails, or comes back as something else (an
 open file as an ``io.StringIO``), or points at state that has moved on (a partd store in a

@@ -4,13 +4,13 @@ xarray value is hashed (importing the hasher never imports xarray).
 - ``Dataset``, ``DataArray``, ``Variable`` (coordinates included): by dimensions, data,
   attributes, encoding and, for datasets and arrays, coordinate names, indexes and name.
   Their own ``__dask_tokenize__`` goes through ``dask.tokenize`` (whose buffer hash depends
-  on which hash package is installed, docs/architecture.md, Facts about Dask); here numpy
-  data goes through our handler, so a coordinate edit changes the hash like any array
-  edit, and strings in coordinates that name files stand for those files. Dask-backed data
-  counts as a dask array held as a value does: where a Dataset stands in the graph as a
-  template (the finalisation task's bound ``_dask_postcompute``) its chunks are tasks of
-  the graph, and the array counts by their task hashes and its layout, never by its name
-  (``GraphHasher._collection``).
+  on which hash package is installed, docs/architecture.md, Facts about Dask that shape
+  the code); here numpy data goes through our handler, so a coordinate edit changes the
+  hash like any array edit, and strings in coordinates that name files stand for those
+  files. Dask-backed data counts as a dask array held as a value does: where a Dataset
+  stands in the graph as a template (the finalisation task's bound ``_dask_postcompute``)
+  its chunks are tasks of the graph, and the array counts by their task hashes and its
+  layout, never by its name (``GraphHasher._collection``).
 - File managers: ``open_dataset(..., chunks=...)`` puts the backend's lazily indexed array
   into the graph, holding the manager that reopens the file on every worker. Its pickled
   state carries a random ``manager_id`` (a key into xarray's process-wide file cache) and

@@ -1,6 +1,6 @@
 """Entry lifetimes: ``dask.annotate(cache_ttl="7d")`` per task, config ``result-cache.ttl``
 for every entry a run stores. An expired entry is a miss (the server answers as if it
-were absent and removes it); see docs/protocol.md, "Expiry"."""
+were absent and removes it); see docs/protocol.md, "PUT /v1/objects/{hash}" (Expiry)."""
 
 from __future__ import annotations
 

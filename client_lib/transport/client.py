@@ -1,5 +1,5 @@
-"""``CacheClient``: the HTTP side of docs/protocol.md, used by the user's process (lookup)
-and by the workers (load, store).
+"""``CacheClient``: the HTTP side of docs/protocol.md for the user's process (lookup)
+and the workers (load, store).
 
 Built from :mod:`.pool` (connections, failover over replicas, busy retries: written once),
 :mod:`.status` (what an answer means), :mod:`.downloads` (bodies read into the value's
