@@ -6,7 +6,7 @@ is cached), default ``"auto"`` policy. Graphs are built outside the timed region
 
 Baselines, measured in the same run: ``dask.compute(x)`` and, for the delayed fan-in,
 ``dask.compute(x, optimize_graph=False)``: Dask's delayed optimisation is quadratic on wide
-graphs (docs/architecture.md, Facts about Dask that shape the code) and ``cached_compute``
+graphs (docs/design/dask-facts.md, Facts about Dask that shape the code) and ``cached_compute``
 skips it (it culls during the rewrite), so that is the fair baseline for delayed; the
 default is reported beside it (and not run at 100k tasks, where it takes minutes). The
 overhead is broken down per phase in microseconds per task: materialise, hash, lookup,

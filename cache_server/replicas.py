@@ -2,7 +2,7 @@
 
 The parent binds the port (or takes the socket it was given) and starts N ordinary
 ``dask-cache serve --fd`` processes on it; the kernel spreads connections over them. Each
-child is a replica of one cache (docs/architecture.md, "Replicas and object storage"), so
+child is a replica of one cache (docs/design/replicas.md, "Replicas"), so
 they need one Redis: without ``--redis-url`` the parent starts the data directory's
 embedded Redis under the data directory's lock, sweeps what crashed writes left (nothing
 writes yet) and hands its address to the children. A child that dies is started again;

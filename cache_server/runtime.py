@@ -4,8 +4,7 @@ The server's lifespan and the maintenance commands open a cache the same way; on
 they wait for the data directory's lock differs (a restarting server waits for its
 predecessor, ``gc`` refuses at once). The lock is taken only with the embedded Redis (which
 lives in the data directory): with a shared Redis, any number of replicas and maintenance
-commands use one cache, coordinated by locks in Redis (docs/architecture.md, "Replicas and
-object storage").
+commands use one cache, coordinated by locks in Redis (docs/design/replicas.md, "Replicas").
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``open_cached``: a cached collection reopened lazily, nothing read until computed.
-docs/architecture.md, "Lazy reload".
+docs/design/entry-points.md, "Lazy reload".
 
 - An array whose result is one Zarr array in the cache (the usual case for a large output)
   becomes a dask array over that Zarr store, one dask block per Zarr chunk: opening a

@@ -1,5 +1,5 @@
 """``plan`` and ``visualize``: what ``cached_compute`` would do, without running anything,
-and the task graph coloured by it (docs/architecture.md, "The dashboard").
+and the task graph coloured by it (docs/design/dashboard-and-runs.md, "The dashboard").
 
 ``plan`` hashes the graph, asks the server which hashes it holds (one lookup, counted in
 the server's stats like any other) and rewrites the graph as a run would: each task is

@@ -1,5 +1,5 @@
 """What Dask's entry points do while the cache is enabled (``client_lib.routing``):
-docs/architecture.md, Zero code change.
+docs/design/zero-code.md, Zero code change.
 
 :class:`Router` is what Dask's ``scheduler`` config holds: it hands the expression
 ``dask.compute`` built to ``cached_compute`` as a

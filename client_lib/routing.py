@@ -1,5 +1,5 @@
 """``enable``: Dask's own entry points go through the cache, with no other code change.
-docs/architecture.md, Zero code change.
+docs/design/zero-code.md, Zero code change.
 
 While enabled, ``obj.compute()``, ``dask.compute``, ``obj.persist()``, ``dask.persist`` and,
 with ``distributed``, ``Client.compute``, ``Client.persist`` and ``Client.get`` (what

@@ -3,7 +3,7 @@
 The file is ``kind\\ndtype\\nshape\\n`` followed by the body, i.e. the digest's preimage: it is
 self-describing (small arrays keep their dtype and shape in this header, no pickle) and
 ``xxh3_128(file) == digest``. Writing is a plain sequential file write (~0.1 ms for a small
-array against ~4 ms for a Zarr array: docs/architecture.md, "Storage and transport facts").
+array against ~4 ms for a Zarr array: BENCHMARKS.md, "Storage and transport facts").
 """
 
 from __future__ import annotations

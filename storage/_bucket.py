@@ -1,8 +1,7 @@
 """Objects in an object store (``s3://bucket/prefix``) through fsspec (s3fs: the library
 zarr and dask use), so replicas on any machine share one storage.
 
-Layout under the prefix, like a blob store's (docs/architecture.md, "Replicas and object
-storage")::
+Layout under the prefix, like a blob store's (docs/design/storage.md, "Object storage")::
 
     <prefix>/<digest[:2]>/<digest>/blob           the digest's preimage (header, then body)
     <prefix>/<digest[:2]>/<digest>/sidecar.json   written last: the object exists once it does

@@ -4,7 +4,7 @@ The routing rule lives here only: Parquet objects (pandas frames) go to the Parq
 arrays of at least ``ZARR_MIN_BYTES`` go to Zarr (lazily readable, chunked, maybe
 compressed); smaller arrays and everything else go to blobs, because a
 1 KiB Zarr array costs ~4 ms to write and ~2 ms to read against ~0.1 ms and ~0.04 ms for a
-file (docs/architecture.md, "Storage and transport facts").
+file (BENCHMARKS.md, "Storage and transport facts").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The client encodes the frame (``client_lib/wire/frames.py``); storage only keeps the bytes: the
 object directory holds ``data.parquet``, exactly the body (the digest covers
 ``parquet\\n\\n\\n`` and then the file), so ``dask.dataframe.read_parquet`` or pyarrow can
-open it where it lies (docs/architecture.md, "Storage").
+open it where it lies (docs/design/storage.md, "Storage").
 """
 
 from __future__ import annotations

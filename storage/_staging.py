@@ -1,4 +1,4 @@
-"""Objects staged by writers outside the server, committed by it (docs/architecture.md,
+"""Objects staged by writers outside the server, committed by it (docs/design/data-plane.md,
 "Direct writes").
 
 A worker that sees a data directory writes an object's files into

@@ -1,5 +1,5 @@
 """Storage by URL: ``file:///path`` (a data directory's objects) or ``s3://bucket/prefix``.
-docs/architecture.md, "Replicas and object storage"."""
+docs/design/storage.md, "Object storage"."""
 
 from __future__ import annotations
 

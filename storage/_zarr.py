@@ -21,7 +21,7 @@ chunk size    random, no codec    random, lz4 (1.1x)  smooth, lz4 (148x)
 - Blosc lz4 + byte shuffle only when a sample of the first chunk compresses by at least
   ``MIN_COMPRESSION_RATIO`` (1.3x): incompressible data written through lz4 is half as fast
   (0.62 against 1.16 GB/s), compressible data gains both speed and space. zstd runs below disk
-  speed here (0.3-0.6 GB/s, docs/architecture.md, "Storage and transport facts").
+  speed here (0.3-0.6 GB/s, BENCHMARKS.md, "Storage and transport facts").
 - ``write_empty_chunks=True``: Zarr's default emptiness check costs ~0.8 s/GiB.
 
 dtype fidelity: Zarr stores numeric, bool, datetime64/timedelta64 with a unit, and fixed-width

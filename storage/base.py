@@ -8,7 +8,7 @@ exists for rebuilding.
 
 Bodies are pushed into a store piece by piece through an :class:`ObjectWriter`, so a caller
 that receives them from the network never lends a thread to the wait for the next piece
-(docs/architecture.md, "Storage"). Convenience methods (:meth:`ObjectStore.put`,
+(docs/design/storage.md, "Storage"). Convenience methods (:meth:`ObjectStore.put`,
 :meth:`ObjectStore.size`, :meth:`ObjectStore.sidecars`) are built here once from the abstract
 primitives.
 """
@@ -277,7 +277,7 @@ class FileRange:
 @dataclass(frozen=True)
 class Staging:
     """Where a writer outside the server (a worker that sees the storage) puts the files of
-    one object before the server commits it (docs/architecture.md, "Direct writes").
+    one object before the server commits it (docs/design/data-plane.md, "Direct writes").
 
     ``location`` is the URL of the directory the files go in (the writer creates it);
     ``layout`` says which files: ``blob``, one file ``blob`` holding the digest's preimage
@@ -471,15 +471,15 @@ class ObjectStore(ABC):
         """The body as byte ranges of local files, in order, when the backend keeps it as
         raw bytes in files (a blob after its header, a Parquet file, the chunk files of an
         uncompressed Zarr array); None otherwise. **Not verified**: for a reader that
-        checks the digest itself (zero-copy serving: docs/architecture.md, "Bounds"). The
-        files' sizes are checked (:class:`~storage.errors.CorruptObject` for one too
+        checks the digest itself (zero-copy serving: docs/design/data-plane.md, "Zero-copy
+        bodies"). The files' sizes are checked (:class:`~storage.errors.CorruptObject` for one too
         short); :class:`~storage.errors.ObjectNotFound` if there is no such object."""
         return None
 
     def location(self, digest: str) -> str | None:
         """Where a reader that sees this storage finds the object's payload (a URL such as
         ``file:///data/objects/zarr/ab/ab.../``), or ``None`` when it cannot be read in
-        place. For direct reads (docs/architecture.md, "Direct reads"): the reader verifies
+        place. For direct reads (docs/design/data-plane.md, "Direct reads"): the reader verifies
         the digest itself. Backends whose payload lies in files override this."""
         return None
 

@@ -4,7 +4,8 @@ map a newcomer reads in about 20 minutes (at most 3,000 words; subsystem detail 
 docs/design/).
 
 A citation is ``docs/<page>.md, <Heading>`` or ``docs/<page>.md, "<Heading>"`` (also
-``docs/design/<page>.md, ...``), anywhere in the code, tests, benchmarks and documents. A
+``docs/design/<page>.md, ...``), anywhere in the code, tests, benchmarks and documents; the
+top-level pages are checked when the heading is quoted (``BENCHMARKS.md, "<Heading>"``). A
 quoted heading must be one of the page's headings; an unquoted one must begin with one.
 A heading also answers to its text before a colon and to a name in parentheses at its
 end ("Direct writes: `POST /v1/staging`" answers to "Direct writes",
@@ -19,9 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("client_lib", "cache_server", "storage", "tests", "bench", "docs", "examples")
 SUFFIXES = {".py", ".md", ".toml", ".yml", ".yaml", ".txt", ".html", ".js"}
 #: A line break and what continues a comment or a quote on the next line.
-_BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#+[ \t]*|>[ \t]*|//[ \t]*)?")
+_BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#+:?[ \t]*|>[ \t]*|//[ \t]*)?")
+_QUOTED = r"(?:\"(?!<)([^\"\n]+)\"|'(?!<)([^'\n]+)'|“([^”\n]+)”)"
 _CITATION = re.compile(r"docs/((?:design/)?[\w-]+\.md),[ \t]*"
-                       r"(?:[\"'“]([^\"'”]+)[\"'”]|(\S.{0,80}))")
+                       r"(?:" + _QUOTED + r"|([^\s<\"'“].{0,80}))")
+#: The top-level pages' sections, cited in quotes: ``BENCHMARKS.md, "<Heading>"``.
+_TOP_CITATION = re.compile(r"(?<![\w/.])((?:BENCHMARKS|RELIABILITY|README)\.md),[ \t]*" + _QUOTED)
 _LINK = re.compile(r"\]\(([\w./-]+\.md)#([\w-]+)\)")
 _HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t]*#*$", re.M)
 MAX_ARCHITECTURE_WORDS = 3000
@@ -87,7 +91,8 @@ def broken_citations() -> list[str]:
     for path in _files():
         text = _BREAK.sub(" ", path.read_text(errors="replace"))
         for match in _CITATION.finditer(text):
-            page, quoted, bare = match.groups()
+            page, double, single, curly, bare = match.groups()
+            quoted = double or single or curly
             target = ROOT / "docs" / page
             if not target.exists():
                 broken.append(f"{path.relative_to(ROOT)}: docs/{page} does not exist")
@@ -96,6 +101,11 @@ def broken_citations() -> list[str]:
             if not _cites(quoted or bare, names, quoted is not None):
                 cited = quoted if quoted is not None else bare[:50]
                 broken.append(f"{path.relative_to(ROOT)}: docs/{page}, {cited!r}")
+        for page, *quotes in _TOP_CITATION.findall(text):
+            quoted = next(q for q in quotes if q)
+            names = known.setdefault(page, headings(ROOT / page))
+            if not _cites(quoted, names, quoted=True):
+                broken.append(f"{path.relative_to(ROOT)}: {page}, {quoted!r}")
     return broken
 
 
@@ -123,6 +133,16 @@ def test_every_link_to_a_heading_finds_it() -> None:
     assert broken_links() == []
 
 
+def test_the_architecture_page_reads_in_twenty_minutes() -> None:
+    assert words(ROOT / "docs" / "architecture.md") <= MAX_ARCHITECTURE_WORDS
+
+
+def test_design_pages_stay_small() -> None:
+    pages = sorted((ROOT / "docs" / "design").glob("*.md"))
+    assert pages
+    assert {p.name: words(p) for p in pages if words(p) > MAX_DESIGN_PAGE_WORDS} == {}
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\n## Direct writes: `POST /v1/staging`\n\n"
@@ -135,3 +155,13 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     assert not _cites("Direct writesX", names, quoted=False)
     assert not _cites("not a heading", names, quoted=True)
     assert slug("Direct writes: `POST /v1/staging`") in _anchors(page)
+
+
+def test_citations_are_found_across_lines_and_quotes() -> None:
+    docs = "docs/"  # apart, so that this file cites nothing itself
+    text = _BREAK.sub(" ", f'x ({docs}design/server-and-index.md,\n    # "The server\'s layers")'
+                           f"\n{docs}protocol.md, Leases. {docs}architecture.md, <Heading>")
+    found = [m.groups() for m in _CITATION.finditer(text)]
+    assert found[0][:2] == ("design/server-and-index.md", "The server's layers")
+    assert found[1][0] == "protocol.md" and found[1][4].startswith("Leases.")
+    assert len(found) == 2

@@ -15,7 +15,7 @@ __all__ = ["CacheDep", "MetricsDep", "SettingsDep", "TaskHash"]
 
 
 # ``async``: FastAPI runs plain functions in its thread pool, which must never be needed to
-# answer (docs/architecture.md, "Bounds").
+# answer (docs/design/server-and-index.md, "Bounds").
 async def get_cache(request: Request) -> ResultCache:
     return request.app.state.cache
 

@@ -3,8 +3,8 @@
 The ASGI "zero copy send" extension (``http.response.zerocopysend``: a file, an offset, a
 count) is offered in the scope of every request on a plain socket; the app sends such
 messages after ``http.response.start``, and their bytes go from the page cache to the
-socket in the kernel: the server neither reads nor copies them (docs/architecture.md,
-"Bounds"). uvloop has no ``loop.sendfile``, so the socket is written here directly, on the
+socket in the kernel: the server neither reads nor copies them (docs/design/data-plane.md,
+"Zero-copy bodies"). uvloop has no ``loop.sendfile``, so the socket is written here directly, on the
 event loop: ``os.sendfile`` on the non-blocking socket moves what fits in its buffer and
 returns; when the buffer is full, the send waits for the socket to become writable (on a
 duplicate of its descriptor: uvloop keeps the original for its own transport). No thread

@@ -42,7 +42,7 @@ __all__ = ["serve"]
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    # docs/architecture.md, "Replicas and object storage"
+    # docs/design/replicas.md, "Replicas"
     help="replica processes behind the one port",
 )
 @click.option("--fd", type=int, default=None, hidden=True, help="serve on this listening socket")

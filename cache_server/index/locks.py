@@ -1,5 +1,4 @@
-"""Locks in Redis, shared by every replica of one cache (docs/architecture.md, "Replicas
-and object storage").
+"""Locks in Redis, shared by every replica of one cache (docs/design/replicas.md, "Replicas").
 
 - :class:`RedisLock`: an exclusive lock with an expiry (``SET NX PX``), renewed while its
   holder runs and released only by its holder (compare-and-delete), so a replica killed

@@ -1,10 +1,10 @@
 """Upload bodies: read on the event loop in ~1 MiB pieces, bounded in size and in time.
 
 A 256 MiB body sent as one ``bytes`` object moves at ~0.1 GB/s, streamed in ~1 MiB pieces at
-0.4-1.6 GB/s (docs/architecture.md, "Storage and transport facts"). Pieces are read on the
+0.4-1.6 GB/s (BENCHMARKS.md, "Storage and transport facts"). Pieces are read on the
 event loop and only then handed to a worker thread for the disk, so no thread ever waits on
-a client (docs/architecture.md, "Bounds"); the next piece is read while the previous one is
-written, so the network and the disk work at once.
+a client (docs/design/server-and-index.md, "Bounds"); the next piece is read while the
+previous one is written, so the network and the disk work at once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The server's budget of body memory in flight (docs/architecture.md, "Bounds")."""
+"""The server's budget of body memory in flight (docs/design/server-and-index.md, "Bounds")."""
 
 from __future__ import annotations
 

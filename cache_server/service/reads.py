@@ -33,7 +33,8 @@ logger = logging.getLogger("cache_server")
 
 #: Bodies at least this large go out as they lie in their files, without the server reading
 #: them (zero-copy, when the connection allows it); smaller ones are read and verified
-#: before anything is sent, as every body used to be (docs/architecture.md, "Bounds").
+#: before anything is sent, as every body used to be (docs/design/data-plane.md,
+#: "Zero-copy bodies").
 ZERO_COPY_MIN_BYTES = 16 * 2**20
 #: What a zero-copy download holds of the memory budget: no buffer of ours, but up to a
 #: socket send buffer of the kernel's (Linux grows one to 4 MiB by default).
@@ -189,7 +190,7 @@ class Reads:
     async def locate(self, task_hash: str, run: str | None = None
                      ) -> tuple[Manifest, str | None]:
         """The manifest and where the object lies (``storage.location``) for a client
-        about to read it in place (docs/architecture.md, "Direct reads"); counts the hit,
+        about to read it in place (docs/design/data-plane.md, "Direct reads"); counts the hit,
         as the client verifies the digest itself. A missing object drops the entry and
         raises :class:`EntryNotFound`."""
         manifest = await self.manifest(task_hash)

@@ -7,8 +7,7 @@ object, only if none does. A crash between the two steps therefore leaves an obj
 a manifest (swept by ``gc``), never a manifest without its object. Both sequences hold the
 digest's lock, so a store that reuses an existing object cannot interleave with the removal
 of that object's last reference. The locks live in Redis (:mod:`cache_server.service.locks`),
-so this holds across replicas of one cache too (docs/architecture.md, "Replicas and object
-storage").
+so this holds across replicas of one cache too (docs/design/replicas.md, "Replicas").
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ What happens on a ``PUT``, in order (:meth:`Writes.store`):
    goes if nothing else references it (:mod:`.removal`), the hash's lease ends, and the cap
    is enforced once more with the new entry counted.
 
-A direct write (:meth:`Writes.commit_staged`, docs/architecture.md, "Direct writes") takes
+A direct write (:meth:`Writes.commit_staged`, docs/design/data-plane.md, "Direct writes") takes
 the same steps with no body: a worker that sees the storage wrote the object's files into
 its staging area (:meth:`Writes.staging` names the place), and step 3 is the storage
 reading and verifying those files at commit.
@@ -167,7 +167,7 @@ class Writes:
 
     async def commit_staged(self, upload: Upload, staging_id: str) -> tuple[Manifest, bool]:
         """Store an object whose files a writer staged (``storage.open_staged``; see
-        docs/architecture.md, "Direct writes"): like :meth:`store`, with the body read from
+        docs/design/data-plane.md, "Direct writes"): like :meth:`store`, with the body read from
         the staged files, verified before anything is published; the staged files go
         whatever happens. :class:`~storage.StagingNotFound` when nothing is staged there."""
         self._check_length(upload)

@@ -1,4 +1,4 @@
-"""The ``result-cache`` section of ``dask.config``. docs/architecture.md, Configuration.
+"""The ``result-cache`` section of ``dask.config``. docs/design/deployment.md, Configuration.
 
 Never a top-level ``cache`` key: Dask's local schedulers read ``config.get("cache")`` as
 their results dictionary. ``DASK_RESULT_CACHE__URL=http://...`` sets ``result-cache.url``

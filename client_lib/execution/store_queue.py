@@ -1,6 +1,6 @@
 """Stores that do not wait: the small results of a run queue here and go to the server in
 batches (``POST /v1/objects/batch``, one group commit on the server for each), from one
-background thread per process. docs/architecture.md, The rewrite (Batched stores).
+background thread per process. docs/design/store-path.md, Batched stores.
 
 A task whose result is queued returns at once; while one batch is in flight the next one
 fills, so a run of many small stores costs a few requests and fsyncs instead of one of each

@@ -1,4 +1,5 @@
-"""What one run's tasks did in one process: its tally (docs/architecture.md, The rewrite).
+"""What one run's tasks did in one process: its tally (docs/design/rewrite-and-policy.md,
+"Decisions and the report").
 
 A :class:`RunTally` counts the results the run stored (and their bytes), the large results
 it weighed and why each was or was not stored, the tasks it waited for and loaded, its

@@ -1,4 +1,4 @@
-"""Warming the workers (docs/architecture.md, Warming the workers): the first
+"""Warming the workers (docs/design/transport.md, Warming the workers): the first
 ``cached_compute`` with a ``distributed`` client registers a worker plugin that prepares
 every worker, present or joining later, for loads while the user's process hashes and
 looks up.

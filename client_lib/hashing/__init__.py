@@ -1,4 +1,4 @@
-"""Task hashes: what a task computes, as 16 bytes. docs/architecture.md, The task hash.
+"""Task hashes: what a task computes, as 16 bytes. docs/design/hashing.md, The task hash.
 
 - :mod:`.encoder`: values to bytes, with :meth:`~.Encoder.sub_digest` for nested digests;
 - :mod:`.registry`: the open registry of value handlers (lazy per library; users add

@@ -7,7 +7,7 @@ class's fingerprint and what ``pickle`` would rebuild it from, walked structural
 Callables and modules go to the code fingerprints (:mod:`.fingerprints`). Buffers are
 hashed with xxh3_128 here, and nothing depends on a memory address, ``PYTHONHASHSEED`` or
 pickle bytes. A value that cannot be encoded deterministically raises
-:class:`~client_lib.core.errors.VolatileValue`: its task is then not cached (docs/architecture.md,
+:class:`~client_lib.core.errors.VolatileValue`: its task is then not cached (docs/design/hashing.md,
 The task hash).
 
 Strings come in two kinds. A *user string* (a value in an argument) may name a file, and

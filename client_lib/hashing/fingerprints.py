@@ -12,7 +12,7 @@ Library code is identified by module, qualname and the installed version of its
 distribution (:mod:`.provenance`) where that name leads back to it; a library's lambdas,
 nested functions and factory products by code, closures and defaults as well. A version
 (:mod:`.user_versions`) stands for code only, never for bound state. Wrappers count what
-they wrap (``functools.lru_cache``, ``toolz.curry``). docs/architecture.md, The task
+they wrap (``functools.lru_cache``, ``toolz.curry``). docs/design/hashing.md, The task
 hash, and docs/correctness.md for what is not seen. (A little over 400 lines: one class
 that must tell every kind of callable apart.)
 """

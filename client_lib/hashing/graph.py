@@ -1,4 +1,4 @@
-"""Merkle hashes of graph nodes: content, never key names. docs/architecture.md, The task
+"""Merkle hashes of graph nodes: content, never key names. docs/design/hashing.md, The task
 hash.
 
 ``task_hash = xxh3_128(KEY_VERSION, namespace, function fingerprint, arguments with every

@@ -4,7 +4,7 @@ xarray value is hashed (importing the hasher never imports xarray).
 - ``Dataset``, ``DataArray``, ``Variable`` (coordinates included): by dimensions, data,
   attributes, encoding and, for datasets and arrays, coordinate names, indexes and name.
   Their own ``__dask_tokenize__`` goes through ``dask.tokenize`` (whose buffer hash depends
-  on which hash package is installed, docs/architecture.md, Facts about Dask that shape
+  on which hash package is installed, docs/design/dask-facts.md, Facts about Dask that shape
   the code); here numpy data goes through our handler, so a coordinate edit changes the
   hash like any array edit, and strings in coordinates that name files stand for those
   files. Dask-backed data counts as a dask array held as a value does: where a Dataset

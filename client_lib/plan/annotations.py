@@ -2,7 +2,7 @@
 
 ``dask.annotate(resources={"GPU": 1})`` on array layers does not survive Dask's
 optimisation: fusing the annotated layers leaves a graph without annotations, so plain
-``dask.compute`` schedules those tasks anywhere (docs/architecture.md, Facts about Dask
+``dask.compute`` schedules those tasks anywhere (docs/design/dask-facts.md, Facts about Dask
 that shape the code).
 The unoptimised graph still has them, and an operation hashes the same in both graphs
 (fused tasks are unfused before hashing): each task of the optimised graph gets the

@@ -1,5 +1,5 @@
 """A computation ready for the cache: its graph as Dask made it, unfused, in dependency
-order and hashed (docs/architecture.md, The task hash). Every entry point starts here:
+order and hashed (docs/design/hashing.md, The task hash). Every entry point starts here:
 ``cached_compute`` and ``cached_persist`` (through the run), ``plan``, ``open_cached``,
 ``task_hashes``."""
 

@@ -4,7 +4,7 @@
 and the finalisation tasks are exactly Dask's. ``unfuse`` then expands fused tasks
 (``_execute_subgraph``, from low-level linear fusion and from blockwise fusion) into one
 graph node per operation, so an intermediate shared by two branches is hashed (and can
-be cached) on its own however Dask happened to fuse each branch. docs/architecture.md,
+be cached) on its own however Dask happened to fuse each branch. docs/design/hashing.md,
 The task hash (Unfusing).
 
 Dask's optimisation drops the annotations of the layers it fuses (blockwise fusion of

@@ -1,5 +1,5 @@
 """The graph rewrite: hits become loads, their upstream is culled, kept tasks that may be
-stored get a store spec. Keys do not change. docs/architecture.md, The rewrite.
+stored get a store spec. Keys do not change. docs/design/rewrite-and-policy.md, The rewrite.
 
 Decisions are made per operation (on the unfused graph), but execution is packed back
 into Dask's own fused tasks: each group of operations that came out of one fused task

@@ -1,5 +1,5 @@
 """What Dask's ``scheduler`` config holds while the cache is enabled, and the guard that
-keeps the cache's own computations plain. docs/architecture.md, Zero code change.
+keeps the cache's own computations plain. docs/design/zero-code.md, Zero code change.
 
 ``dask.config.set(scheduler=f)`` is Dask's documented way to run every ``dask.compute`` /
 ``dask.persist`` that names no scheduler through ``f``: ``dask.base.get_scheduler`` returns

@@ -1,6 +1,6 @@
 """The scheduler a run executes on (:class:`Scheduler`: Dask's local ones, a process pool,
 a ``distributed.Client``), and submitting a rewritten graph to a ``distributed.Client``.
-docs/architecture.md, The rewrite.
+docs/design/rewrite-and-policy.md, The rewrite.
 
 On a cluster, two things differ from the local schedulers:
 
@@ -10,7 +10,7 @@ On a cluster, two things differ from the local schedulers:
 - The graph goes as a ``HighLevelGraph`` whose layers carry the annotations (``retries``,
   ``resources``, ``workers``...); a plain dict would lose them.
 
-The workers are warmed by :mod:`client_lib.execution.warm` (docs/architecture.md, Warming
+The workers are warmed by :mod:`client_lib.execution.warm` (docs/design/transport.md, Warming
 the workers).
 """
 

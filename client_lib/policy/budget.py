@@ -1,4 +1,4 @@
-"""The run-level side of the ``auto`` policy (docs/architecture.md, The rewrite: Policy):
+"""The run-level side of the ``auto`` policy (docs/design/rewrite-and-policy.md, The store budget):
 which results of a run may be stored at all (chosen before the run, from the graph's
 shape) and how much storing the run can afford (kept on each worker while it runs).
 

@@ -1,5 +1,5 @@
 """What the tasks of each function cost in this process: a moving average of the compute
-seconds of its stored candidates, by label (the function's name). docs/architecture.md,
+seconds of its stored candidates, by label (the function's name). docs/design/rewrite-and-policy.md,
 The rewrite.
 
 Two decisions before a run rest on it, both only ever skipping work for tasks measured as

@@ -1,5 +1,5 @@
-"""Which computed results are worth storing. Pure functions, no I/O. docs/architecture.md,
-The rewrite.
+"""Which computed results are worth storing. Pure functions, no I/O.
+docs/design/rewrite-and-policy.md, Policy.
 
 A policy is consulted twice: before the run (``wraps``: may this task be stored at all,
 so it is worth wrapping) and on the worker after the task ran (``may_store``, a cheap

@@ -112,7 +112,7 @@ class CacheClient(Loads, Transport):
         """Build the connection pool and open a connection (``GET /healthz``, no token, no
         hit counted): a process's first load then pays neither for httpx's transport
         imports (httpcore, h11: built with the first ``httpx.Client``) nor for connecting.
-        Raises like any request (:class:`CacheUnavailable`). docs/architecture.md,
+        Raises like any request (:class:`CacheUnavailable`). docs/design/transport.md,
         Warming the workers."""
         self.pool.skip_light_path()  # the pool, not the first-request path (light.py)
         expect(self.pool.request("GET", "/healthz"), 200)

@@ -1,6 +1,6 @@
 """Direct reads: a worker that sees the server's storage (same host, or the same volume
 mounted, as in the compose stack) reads an object where it lies instead of over HTTP.
-docs/architecture.md, "Direct reads"; docs/protocol.md, "Direct reads".
+docs/design/data-plane.md, "Direct reads"; docs/protocol.md, "Direct reads".
 
 The server's entry metadata names the payload (``GET /v1/entries/{hash}/location``): a Zarr
 v3 array directory, a blob file holding the digest's preimage (also as an ``s3://`` object,

@@ -1,7 +1,7 @@
 """The servers of one cache: ``result-cache.url`` as a comma-separated list of replicas.
 
 Every URL in the list must serve the same cache: replicas over one Redis and one storage
-(docs/architecture.md, "Configuration"). Requests rotate over the list, so
+(docs/design/deployment.md, "Configuration"). Requests rotate over the list, so
 lookups spread; a server that failed (no connection, 5xx) goes to the back of the order for
 ``DOWN_SECONDS``, so later requests do not pay for it first, but it is still tried last
 rather than never.

@@ -7,7 +7,7 @@ first ``httpx.Client`` is built: 15-20 ms on a quiet machine, ~70 ms loaded. A s
 session (a fresh process that looks up, loads one result in place, stores one small one
 and reports) needs no more than a handful of requests, and pays that import for nothing.
 Later requests, and every streamed body (uploads, downloads), go through the pooled
-client. docs/architecture.md, Storage and transport facts.
+client. docs/design/transport.md, The first requests.
 
 Only plain ``http://`` without a proxy in the environment: anything else is left to httpx
 (``None``), which handles TLS and proxies.

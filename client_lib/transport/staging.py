@@ -1,7 +1,7 @@
 """Direct writes: a worker that sees the server's storage with write access (the same host,
 or the cache volume mounted read-write) writes a large object's files into the storage's
 staging area and asks the server to commit them, instead of uploading the body
-(docs/architecture.md, "Direct writes"; docs/protocol.md, "Direct writes").
+(docs/design/data-plane.md, "Direct writes"; docs/protocol.md, "Direct writes").
 
 ``POST /v1/staging`` names the place (a ``file://`` directory this process must create)
 and the layout; the files are written from the value's own buffer (for a Zarr array one

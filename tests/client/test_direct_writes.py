@@ -1,4 +1,4 @@
-"""Direct writes from ``CacheClient.put`` (docs/architecture.md, "Direct writes"): a process
+"""Direct writes from ``CacheClient.put`` (docs/design/data-plane.md, "Direct writes"): a process
 that can write the server's storage stages large values there and has the server commit
 them; one that cannot (a read-only mount) uploads over HTTP, and stops trying."""
 

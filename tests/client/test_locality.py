@@ -3,7 +3,7 @@
 ``resources``, ``workers``, ``allow_other_workers``, ``priority`` and ``retries`` keeps all
 of them when it runs as a store (cold) and as a load (warm), and both run on the worker
 that has the resource, also for array chunks whose annotations Dask's optimisation drops.
-docs/architecture.md, The rewrite."""
+docs/design/rewrite-and-policy.md, The rewrite."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``client_lib.enable``: Dask's own entry points through the cache, no other code change.
 A real cache server, the local schedulers, a real ``LocalCluster``, and fresh processes in
-which a second process loads what the first stored (docs/architecture.md, Zero code
+which a second process loads what the first stored (docs/design/zero-code.md, Zero code
 change)."""
 
 from __future__ import annotations

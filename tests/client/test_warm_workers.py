@@ -1,4 +1,4 @@
-"""The warm-up worker plugin (client_lib/plan/schedulers.py, docs/architecture.md, Warming the
+"""The warm-up worker plugin (client_lib/plan/schedulers.py, docs/design/transport.md, Warming the
 workers) through a real ``LocalCluster``: the first ``cached_compute`` with a client warms
 every worker, present or joining later, registering once; a plugin that fails does not fail
 the run."""

@@ -133,7 +133,7 @@ def test_cached_compute_is_correct_when_results_do_not_fit(fresh_server: FreshSe
 def test_bodies_sent_unread_are_verified_by_the_client_and_dropped_when_corrupt(
         fresh_server: FreshServer, direct_read: str) -> None:
     """Bodies of at least zero_copy_min_bytes go from their files to the socket unread
-    (docs/architecture.md, Bounds): the client's digest check refuses a flipped byte,
+    (docs/design/data-plane.md, Zero-copy bodies): the client's digest check refuses a flipped byte,
     it reports the entry, and the server verifies the object itself and drops it."""
     import dask
 

@@ -1,6 +1,7 @@
-"""The server's layers (docs/architecture.md, "The server"): ``api`` (HTTP) over ``service``
-(domain operations) over ``index`` (Redis) and ``storage``; ``cli`` beside them. The service
-and the index know nothing of HTTP, so the offline maintenance commands run without it."""
+"""The server's layers (docs/design/server-and-index.md, "The server's layers"): ``api``
+(HTTP) over ``service`` (domain operations) over ``index`` (Redis) and ``storage``; ``cli``
+beside them. The service and the index know nothing of HTTP, so the offline maintenance
+commands run without it."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def test_overwrite_needs_a_write_token(fresh_server):
         assert stranger.get(f"/v1/leases/{h}").status_code == 401
 
 
-# -- the leases hash (docs/architecture.md, "The Redis index"), in process ------------------
+# -- the leases hash (docs/design/leases.md, "Leases"), in process ------------------
 
 
 @pytest.mark.anyio

@@ -1,6 +1,6 @@
 """The cache with its objects in S3 (moto's server on a local port): replicas on one bucket,
 ``gc`` and ``reindex`` on it, and a storage URL that names nothing is refused.
-docs/architecture.md, "Replicas and object storage"."""
+docs/design/storage.md, "Object storage"."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Several servers over one Redis and one storage serve one cache: any replica answers,
 stats are shared, eviction runs on one replica at a time and never touches a pinned entry
 or one being read, and a replica killed mid-run costs the client nothing but a retry.
-docs/architecture.md, "Replicas and object storage"."""
+docs/design/replicas.md, "Replicas"."""
 
 from __future__ import annotations
 

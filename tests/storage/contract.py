@@ -553,7 +553,7 @@ class StoreContract:
         with pytest.raises(ObjectNotFound):
             store.location("f" * 32)
 
-    # -- objects staged by writers outside the server (docs/architecture.md, Direct writes)
+    # -- objects staged by writers outside the server (docs/design/data-plane.md, Direct writes)
 
     def staged(self, store: ObjectStore) -> list[tuple[Encoded, Staging]]:
         """Samples this store can stage, each with a fresh staging place (asserting that

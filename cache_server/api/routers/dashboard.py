@@ -1,5 +1,5 @@
 """The dashboard: server-rendered pages (Jinja2) over the same service as the API
-(docs/architecture.md, "The dashboard").
+(docs/design/dashboard-and-runs.md, "The dashboard").
 
 ``/`` totals, a plot of lookups and seconds saved over time, live events (server-sent
 events from ``/events/stream``) and the recent runs; ``/runs/{id}`` a run's counts, its
