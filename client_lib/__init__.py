@@ -15,7 +15,7 @@ import types
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from .core import config as _config
+from .core import config as _config  # noqa: F401  (registers the result-cache defaults)
 from .core.config import setting as _setting
 
 if _TYPE_CHECKING:
@@ -71,7 +71,35 @@ _PUBLIC = {
     "visualize": ".planning",
 }
 
-__all__ = sorted(_PUBLIC)
+__all__ = [
+    "KEY_VERSION",
+    "CacheAccessDenied",
+    "CacheClient",
+    "CacheEntryCorrupt",
+    "CachedClient",
+    "CacheEntryUnavailable",
+    "CacheEntryUntrusted",
+    "CacheProtocolError",
+    "CacheReport",
+    "CacheUnavailable",
+    "Candidate",
+    "Plan",
+    "NotCached",
+    "ResultCacheError",
+    "VolatileValue",
+    "cache_version",
+    "cached_compute",
+    "cached_persist",
+    "disable",
+    "enable",
+    "enabled",
+    "last_report",
+    "open_cached",
+    "plan",
+    "register",
+    "task_hashes",
+    "visualize",
+]
 
 
 def __getattr__(name: str) -> _Any:
