@@ -71,10 +71,17 @@ class RedisLock:
         self.ttl_ms = int(ttl * 1000)
 
     async def try_acquire(self) -> str | None:
-        """The holder id if the lock was free, else None."""
-        holder = uuid.uuid4().hex
+        """The holder id (``host:pid:uuid``) if the lock was free, else None. A lock whose
+        holder was a process of this host that is gone (killed mid-store, its server
+        restarted) is taken over at once rather than after its ``ttl``."""
+        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
         if await self.redis.set(self.key, holder, nx=True, px=self.ttl_ms):
             return holder
+        current = await self.redis.get(self.key)
+        if current is not None and _gone(current):
+            await self.release(current)  # only if it is still that holder's
+            if await self.redis.set(self.key, holder, nx=True, px=self.ttl_ms):
+                return holder
         return None
 
     async def release(self, holder: str) -> None:
@@ -197,6 +204,17 @@ class ReplicaRegistry:
 
     async def unregister(self) -> None:
         await self.redis.zrem(self.key, self.replica_id)
+
+
+def _gone(holder: str | bytes) -> bool:
+    """Whether a lock's holder id names a process of this host that no longer runs (an id
+    of another host, or of another form, never is: it waits out its expiry)."""
+    if isinstance(holder, bytes):
+        holder = holder.decode("utf-8", "replace")
+    host, _, rest = holder.partition(":")
+    pid, _, _ = rest.partition(":")
+    return (host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid()
+            and not _running(int(pid)))
 
 
 def _running(pid: int) -> bool:

@@ -34,9 +34,24 @@ def test_importing_client_lib_loads_neither():
 
 
 def test_all_matches_public_names():
+    for name in client_lib.__all__:  # each one loads (on first use)
+        assert getattr(client_lib, name) is not None, name
     public = {name for name, value in vars(client_lib).items()
               if not name.startswith("_") and not isinstance(value, type(sys))}
-    assert set(client_lib.__all__) == public
+    assert set(client_lib.__all__) == public  # and nothing else is public
+    assert set(client_lib.__all__) <= set(dir(client_lib))
+
+
+def test_the_protocol_facts_load_without_dask_collections():
+    """The server imports ``client_lib.wire``'s bounds and headers at every start: they
+    must not pull in the hasher, the HTTP client or Dask's collections (~0.5 s)."""
+    code = ("import sys, client_lib.wire.bounds, client_lib.wire.headers, "
+            "client_lib.wire.batch; print(sorted(m for m in sys.modules if m in "
+            "('client_lib.compute', 'client_lib.hashing', 'client_lib.transport.client', "
+            "'dask.array', 'distributed', 'httpx', 'numpy')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def _module_name(path: Path) -> str:
