@@ -2,7 +2,9 @@
 hash.
 
 ``task_hash = xxh3_128(KEY_VERSION, namespace, function fingerprint, arguments with every
-dependency replaced by its task hash)``. A ``DataNode`` hashes its value, an ``Alias``
+dependency replaced by its task hash)``, and pandas' options where they differ from the
+defaults (``future.infer_string=False`` changes what every task that builds a frame
+computes). A ``DataNode`` hashes its value, an ``Alias``
 is its target's hash, a nested ``Task`` argument hashes as the standalone task it would be
 if Dask had not inlined it (so inlined and separate forms agree), containers are walked.
 A task whose hash cannot be computed is *volatile*, and so is everything downstream, as
@@ -40,6 +42,7 @@ from ..errors import VolatileValue
 from ..signing import SigningKey
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
+from .pandas_values import options_in_effect
 from .registry import HANDLERS, Dispatch
 from .side_effects import pinned_keys
 from .task_kinds import TaskKinds
@@ -96,6 +99,9 @@ class GraphHasher:
             names is None or "cache_version" in names)
         self.signing_key = signing_key
         self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
+        options = options_in_effect()  # pandas' non-default options: every task reads them
+        if options:
+            self.prefix += b"pandas%r\0" % (options,)
         self.digests: dict[Key, bytes] = {}
         self.result = GraphHashes()
         self.kinds = TaskKinds()

@@ -17,6 +17,7 @@ an extension array of another library.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,7 +29,13 @@ from .registry import HANDLERS, library_types_only
 if TYPE_CHECKING:
     from .encoder import Encoder
 
-__all__: list[str] = []
+__all__ = ["options_in_effect"]
+
+# Options that change only how pandas shows things, warns or how fast it computes (the
+# accelerators under compute.*: dask.dataframe turns numexpr off when imported, which
+# would make hashes depend on what a process imported).
+_NOT_VALUES = ("display.", "styler.", "plotting.", "compute.", "mode.chained_assignment",
+               "mode.performance_warnings", "mode.sim_interactive", "mode.max_threads")
 
 
 def _register() -> None:
@@ -205,6 +212,29 @@ def _sparse(enc: Encoder, arr: Any) -> None:
 def _unknown(enc: Encoder, arr: Any) -> None:
     enc.write_raw(b"PE")
     enc.encode(arr)  # another library's extension array: by its pickled state
+
+
+def options_in_effect() -> tuple:
+    """pandas' options that differ from their defaults and can change what pandas code
+    computes (``future.infer_string``, ``mode.string_storage``, ``io.*`` readers),
+    as sorted ``(name, repr(value))`` pairs; empty without pandas imported or with the
+    defaults, so those processes agree. Global state every task in the process reads,
+    so part of every task hash (:class:`~.graph.GraphHasher`)."""
+    if "pandas" not in sys.modules:
+        return ()
+    try:
+        from pandas._config.config import _get_root, _registered_options
+    except ImportError:  # a pandas that keeps them elsewhere: not seen
+        return ()
+    found = []
+    for name, option in _registered_options.items():
+        if name.startswith(_NOT_VALUES) or name.endswith(".writer"):
+            continue
+        root, leaf = _get_root(name)
+        value = root.get(leaf, option.defval)
+        if value != option.defval:
+            found.append((name, repr(value)))
+    return tuple(sorted(found))
 
 
 HANDLERS.register_lazy("pandas", _register)
