@@ -187,8 +187,14 @@ class GraphHasher:
             # The same bytes for every such task, unless volatility depends on arguments.
             if plain and not self.kinds.depends_on_arguments(func):
                 self._heads[id(func)] = (func, enc.written_since(start))
-        enc.write_raw(b"(%d:" % len(task.args))
-        for arg in task.args:
+        args = task.args
+        if (func is set or func is frozenset) and len(args) == 1 and type(args[0]) in (
+                List, Tuple):
+            # set(List(...)): Dask lists a set's members (delayed({a, b})) in the order
+            # the set iterates them, which PYTHONHASHSEED changes; the set does not care.
+            args = (Set(*args[0].args),)
+        enc.write_raw(b"(%d:" % len(args))
+        for arg in args:
             enc.encode(arg)
         if task.kwargs:
             enc.write_raw(b"{%d:" % len(task.kwargs))

@@ -177,6 +177,22 @@ def test_unhashable_argument_makes_task_and_descendants_volatile():
     assert hashes["c"] is not None
 
 
+def test_a_delayed_object_held_as_a_value_is_volatile():
+    """``traverse=False`` hands the task the Delayed object itself (by identity, its key
+    random): never cached. A ``@dask.delayed`` function held as a value (a method's class
+    attribute) counts by what it calls."""
+    inner = dask.delayed(lambda: 1)()
+    kept = dask.delayed([inner, 2], traverse=False, pure=True)
+    assert set(task_hashes(kept).values()) == {None}
+
+    @dask.delayed
+    def plus(x):
+        return x + 1
+
+    holder = dask.delayed(lambda f: f, pure=True)(plus, dask_key_name="holder")
+    assert task_hashes(holder)["holder"] is not None
+
+
 def test_annotate_cache_false_is_volatile_downstream():
     with dask.annotate(cache=False):
         a = dask.delayed(lambda: 1, pure=True)(dask_key_name="a")
