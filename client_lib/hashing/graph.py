@@ -132,6 +132,9 @@ class GraphHasher:
             except VolatileValue as exc:
                 result.volatile[key] = exc.reason
                 continue
+            except Exception as exc:  # a value no handler foresaw: never the user's failure
+                result.volatile[key] = f"cannot be hashed ({type(exc).__name__}: {exc})"
+                continue
             self.digests[key] = digest
             result.hashes[key] = (digest.hex() if self.signing_key is None
                                   else self.signing_key.keyed_hash(digest))
