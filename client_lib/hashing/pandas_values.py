@@ -7,8 +7,8 @@ with their types, are part of the dtype), masked columns (``Int64``, ``Float64``
 ``boolean``) by their values and their mask, Arrow columns by their buffers
 (:mod:`.arrow_values`), intervals by both ends, sparse columns by the stored values and
 where they sit. Object columns are hashed by pandas' row hash when every element is a
-string (or every one bytes), with the type of each element by position; otherwise
-element by element. A frame counts with its ``flags`` and ``attrs``.
+string (or every one bytes) by their bytes, with the type of each element by position;
+otherwise element by element. A frame counts with its ``flags`` and ``attrs``.
 
 Only pandas' own classes are handled here: a subclass defined elsewhere may carry state
 these handlers do not know (``_metadata``), so it is encoded as any other object; so is
@@ -154,19 +154,37 @@ def _objects(enc: Encoder, arr: np.ndarray) -> None:
         # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
         enc.encode(arr.tolist())
         return
-    # pandas' hash encodes b"x" and "x", np.str_("x") and "x" alike: the type of every
-    # element is part of it, by position.
+    # np.str_("x") and "x" have the same characters: the type of every element counts,
+    # by position.
     enc.write_name(inferred)
     types = list(map(type, arr))
-    names = sorted({f"{t.__module__}.{t.__qualname__}": t for t in types}.items())
+    names = sorted((f"{t.__module__}.{t.__qualname__}", t) for t in set(types))
     enc.write_names(tuple(name for name, _ in names))
     if len(names) > 1:
         code = {t: i for i, (_, t) in enumerate(names)}
         enc.write_buffer(b"b", np.fromiter(map(code.__getitem__, types), dtype=np.uint8,
                                            count=len(types)).data)
-    # pandas' own row hash: deterministic (a fixed siphash key).
-    encode_elements(enc, pd.util.hash_array(arr, categorize=True))
-    enc.write_listed_paths(pd.unique(arr))
+    data = _as_arrow(arr, binary=inferred == "bytes")
+    if data is not None:  # every string's bytes, as Arrow lays them out
+        encode_arrow(enc, data)
+        enc.write_listed_paths(path_like_strings(data))
+    else:  # no pyarrow, or lone surrogates: pandas' row hash, 64 bits a string
+        enc.write_raw(b"PH")
+        encode_elements(enc, pd.util.hash_array(arr, categorize=True))
+        enc.write_listed_paths(pd.unique(arr))
+
+
+def _as_arrow(arr: np.ndarray, binary: bool) -> Any:
+    """An object array of strings (or bytes) as an Arrow array, or None."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return None
+    try:
+        return pa.array(arr, type=pa.large_binary() if binary else pa.large_string(),
+                        from_pandas=False)
+    except (UnicodeError, pa.ArrowException):
+        return None
 
 
 # -- extension arrays: their data exactly (their dtype is written already) ----------------
