@@ -1,10 +1,11 @@
 """Handlers for values that stand for data outside the process: HDF5 datasets and groups,
 Zarr arrays and groups, fsspec files (by path and file stamps; a file to write by path),
 fsspec filesystems (by protocol and storage options), the locks Dask hands to IO tasks
-(one value: a lock never changes a result), distributed Futures (volatile: their
-keys are random), and ``dask.delayed`` objects held as values (a delayed function by what
-it calls; a delayed computation is volatile: the task gets the object itself). Each library's handlers are registered the first time
-one of its values is hashed, so importing the hasher imports none of them.
+(one value: a lock never changes a result), distributed Futures (volatile: their keys
+are random), and ``dask.delayed`` objects held as values (a delayed function by what it
+calls; a delayed computation is volatile: the task gets the object itself). Each
+library's handlers are registered the first time one of its values is hashed, so
+importing the hasher imports none of them.
 
 Only the libraries' own classes are handled here; a subclass defined elsewhere is
 encoded as any other object.

@@ -5,7 +5,7 @@ user does and then looks at. Test-side only: nothing here imports client_lib.
 
 from __future__ import annotations
 
-__all__ = ["GENERATORS", "PANDAS_OPTIONS"]
+__all__ = ["GENERATORS", "PANDAS_OPTIONS", "STORE_TARGETS"]
 
 # 5. Tasks that draw from a random generator advance it: two computations in a row draw
 # two different values in plain Dask, on every run. Every generator is made inside
@@ -72,4 +72,30 @@ def run(compute, options):
         for name, setting in previous.items():
             pd.set_option(name, setting)
     return value, [repr(dtype) for dtype in value.dtypes], repr(value.columns.dtype)
+'''
+
+# The target a store writes into, made by a task: the store must write into the object
+# that task makes, never into a loaded copy (the oracle campaign: Dask's
+# test_store_delayed_target).
+STORE_TARGETS = '''\
+import dask
+import dask.array as da
+import numpy as np
+
+TARGETS = {}
+
+
+def make_target(name):
+    TARGETS[name] = np.zeros(6)
+    return TARGETS[name]
+
+
+def run(compute, _):
+    seen = []
+    for scale in (1, 1, 2):  # the same store twice, then another
+        TARGETS.clear()
+        source = da.arange(6.0, chunks=3) * scale
+        compute(da.store(source, dask.delayed(make_target)("t"), lock=False, compute=False))
+        seen.append(TARGETS["t"].tolist())
+    return seen
 '''

@@ -45,7 +45,8 @@ def _assert_identical(actual, expected, what: str) -> None:
     check(actual, expected, check_exact=True, obj=what)
     pairs = [(actual.index, expected.index)]
     if isinstance(expected, pd.DataFrame):
-        pairs += [(actual.columns, expected.columns), *zip(actual.dtypes, expected.dtypes)]
+        pairs += [(actual.columns, expected.columns), *zip(actual.dtypes, expected.dtypes,
+                                                                 strict=True)]
     else:
         pairs.append((actual.dtype, expected.dtype))
     for mine, theirs in pairs:  # the storage is part of a string dtype's identity
