@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import struct
 import types
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class Encoder:
             bytes: self._bytes,
             bytearray: self._bytearray,
             memoryview: self._memoryview,
+            pickle.PickleBuffer: self._picklebuffer,
             tuple: self._tuple,
             list: self._list,
             dict: self._dict,
@@ -311,6 +313,11 @@ class Encoder:
         if not obj.c_contiguous:
             self._out.append(b"%r" % (obj.strides,))
         self.write_buffer(b"b", obj.cast("B") if obj.c_contiguous else obj.tobytes())
+
+    def _picklebuffer(self, obj: pickle.PickleBuffer) -> None:
+        # What protocol 5 reduces buffers to (numpy, pyarrow): the bytes it exposes.
+        self._out.append(b"pb")
+        self._memoryview(memoryview(obj))
 
     def _slice(self, obj: slice) -> None:
         self._out.append(b"S")

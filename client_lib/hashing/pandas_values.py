@@ -46,6 +46,7 @@ def _register() -> None:
     HANDLERS.register(pd.Series)(_series)
     HANDLERS.register(pd.Index)(library_types_only("pandas")(_index))
     HANDLERS.register(pd.api.extensions.ExtensionDtype)(_extension_dtype)
+    HANDLERS.register(pd.api.extensions.ExtensionArray)(_extension_array)
     arrays = pd.arrays
     _ARRAYS.extend([
         (arrays.Categorical, _categorical),
@@ -126,16 +127,25 @@ def _values(enc: Encoder, values: Any) -> None:
     if isinstance(dtype, np.dtype):
         _numpy(enc, np.asarray(values))
         return
-    arr = values.array
+    _array_data(enc, values.array)
+
+
+def _array_data(enc: Encoder, arr: Any) -> None:
     if type(arr).__module__.partition(".")[0] == "pandas":
         for classes, encode in _ARRAYS:
             if isinstance(arr, classes):
                 encode(enc, arr)
-                break
-        else:
-            _unknown(enc, arr)
-    else:
-        _unknown(enc, arr)
+                return
+    _unknown(enc, arr)
+
+
+@library_types_only("pandas")
+def _extension_array(enc: Encoder, arr: Any) -> None:
+    """An extension array held as a value (not in a Series): its class, dtype and data."""
+    enc.write_raw(b"PA")
+    enc.write_callable(type(arr))
+    enc.encode(arr.dtype)
+    _array_data(enc, arr)
 
 
 def _numpy(enc: Encoder, arr: np.ndarray) -> None:

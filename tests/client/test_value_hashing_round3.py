@@ -105,3 +105,19 @@ def test_structured_dtypes_with_fields_out_of_order_hash():
     assert not same(np.dtype([("a", "i4"), ("b", "f8")], align=True),
                     np.dtype([("a", "i4"), ("b", "f8")]))
     assert not same(x.dtype, x.view(np.recarray).dtype)  # np.record scalars, not np.void
+
+
+def test_extension_arrays_and_pickle_buffers_held_as_values_hash_by_their_data():
+    """A pandas extension array outside a Series (an argument of a dataframe method
+    call), and the pickle buffers protocol 5 reduces buffers to, were volatile (the
+    oracle campaign: Dask's test_unknown_categories)."""
+    import pickle
+
+    first = pd.array(["a", "b", None], dtype="str")
+    assert same(first, pd.array(["a", "b", None], dtype="str"))
+    assert not same(first, pd.array(["a", "c", None], dtype="str"))
+    assert not same(first, pd.Series(first))
+    assert not same(pd.array([1, None], dtype="Int64"), pd.array([1, 2], dtype="Int64"))
+    assert not same(pd.Categorical([1, "1"]), pd.Categorical(["1", 1]))
+    assert same(pickle.PickleBuffer(b"ab"), pickle.PickleBuffer(b"ab"))
+    assert not same(pickle.PickleBuffer(b"ab"), pickle.PickleBuffer(b"ac"))
