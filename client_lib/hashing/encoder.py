@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import struct
 import types
 from collections.abc import Callable
@@ -102,6 +103,7 @@ class Encoder:
             bytes: self._bytes,
             bytearray: self._bytearray,
             memoryview: self._memoryview,
+            pickle.PickleBuffer: self._picklebuffer,
             tuple: self._tuple,
             list: self._list,
             dict: self._dict,
@@ -223,12 +225,14 @@ class Encoder:
         it is described by (``__dask_tokenize__``, a registered normaliser)."""
         if not self._enter(obj):
             return
-        self._out.append(tag)
-        self.write_callable(type(obj))
-        if describer is not None:
-            self.write_callable(describer)
-        self.encode(description)
-        self._stack.pop()
+        try:
+            self._out.append(tag)
+            self.write_callable(type(obj))
+            if describer is not None:
+                self.write_callable(describer)
+            self.encode(description)
+        finally:
+            self._stack.pop()
 
     def write_generic(self, obj: Any) -> None:
         """A value no handler claims: a callable by its fingerprint, an object with
@@ -262,19 +266,21 @@ class Encoder:
             return
         if not self._enter(obj):
             return
-        self._out.append(b"O")
-        self.write_callable(type(obj))
-        rebuild, args, *rest = reduced
-        self.write_callable(rebuild)
-        self.encode(args)
-        if rest and isinstance(rest[0], dict):
-            rest[0] = _without_caches(type(obj), rest[0])
-        for extra in rest:
-            if extra is None or isinstance(extra, (dict, tuple, list)):
-                self.encode(extra)
-            else:  # listitems / dictitems iterators
-                self.encode(list(extra))
-        self._stack.pop()
+        try:
+            self._out.append(b"O")
+            self.write_callable(type(obj))
+            rebuild, args, *rest = reduced
+            self.write_callable(rebuild)
+            self.encode(args)
+            if rest and isinstance(rest[0], dict):
+                rest[0] = _without_caches(type(obj), rest[0])
+            for extra in rest:
+                if extra is None or isinstance(extra, (dict, tuple, list)):
+                    self.encode(extra)
+                else:  # listitems / dictitems iterators
+                    self.encode(list(extra))
+        finally:
+            self._stack.pop()
 
     # -- scalars ------------------------------------------------------------------------------
 
@@ -308,6 +314,11 @@ class Encoder:
             self._out.append(b"%r" % (obj.strides,))
         self.write_buffer(b"b", obj.cast("B") if obj.c_contiguous else obj.tobytes())
 
+    def _picklebuffer(self, obj: pickle.PickleBuffer) -> None:
+        # What protocol 5 reduces buffers to (numpy, pyarrow): the bytes it exposes.
+        self._out.append(b"pb")
+        self._memoryview(memoryview(obj))
+
     def _slice(self, obj: slice) -> None:
         self._out.append(b"S")
         self._items((obj.start, obj.stop, obj.step))
@@ -329,7 +340,10 @@ class Encoder:
             encode(item)
 
     def _enter(self, obj: Any) -> bool:
-        """Start walking a container; on a cycle write a back reference instead."""
+        """Start walking a container; on a cycle write a back reference instead. The
+        caller pops it in a ``finally``: a value that raises half way (``VolatileValue``)
+        must not stay on the stack, or a later value holding that container would be
+        written as a back reference, without its content."""
         oid = id(obj)
         if oid in self._stack:
             self._out.append(b"@%d;" % self._stack.index(oid))
@@ -344,25 +358,31 @@ class Encoder:
             self._out.append(b"()")
             return
         if self._enter(obj):
-            self._out.append(b"(%d:" % len(obj))
-            self._items(obj)
-            self._stack.pop()
+            try:
+                self._out.append(b"(%d:" % len(obj))
+                self._items(obj)
+            finally:
+                self._stack.pop()
 
     def _list(self, obj: list) -> None:
         if self._enter(obj):
-            self._out.append(b"[%d:" % len(obj))
-            self._items(obj)
-            self._stack.pop()
+            try:
+                self._out.append(b"[%d:" % len(obj))
+                self._items(obj)
+            finally:
+                self._stack.pop()
 
     def _dict(self, obj: dict, tag: bytes = b"{") -> None:
         # Insertion order is kept: code may iterate it, so order can change results.
         if self._enter(obj):
-            self._out.append(tag + b"%d:" % len(obj))
-            encode = self.encode
-            for k, v in obj.items():
-                encode(k)
-                encode(v)
-            self._stack.pop()
+            try:
+                self._out.append(tag + b"%d:" % len(obj))
+                encode = self.encode
+                for k, v in obj.items():
+                    encode(k)
+                    encode(v)
+            finally:
+                self._stack.pop()
 
     def _mappingproxy(self, obj: types.MappingProxyType) -> None:
         self._dict(obj, b"{m")  # type: ignore[arg-type]
@@ -370,10 +390,12 @@ class Encoder:
     def _set(self, obj: set | frozenset, tag: bytes = b"<") -> None:
         # Sorted by encoding: iteration order of a set depends on PYTHONHASHSEED.
         if self._enter(obj):
-            digests = sorted(self.digest_of(item) for item in obj)
-            self._out.append(tag + b"%d:" % len(digests))
-            self._out.extend(digests)
-            self._stack.pop()
+            try:
+                digests = sorted(self.digest_of(item) for item in obj)
+                self._out.append(tag + b"%d:" % len(digests))
+                self._out.extend(digests)
+            finally:
+                self._stack.pop()
 
     def _frozenset(self, obj: frozenset) -> None:
         self._set(obj, b">")

@@ -1,9 +1,11 @@
 """Handlers for values that stand for data outside the process: HDF5 datasets and groups,
 Zarr arrays and groups, fsspec files (by path and file stamps; a file to write by path),
 fsspec filesystems (by protocol and storage options), the locks Dask hands to IO tasks
-(one value: a lock never changes a result), and distributed Futures (volatile: their
-keys are random). Each library's handlers are registered the first time
-one of its values is hashed, so importing the hasher imports none of them.
+(one value: a lock never changes a result), distributed Futures (volatile: their keys
+are random), and ``dask.delayed`` objects held as values (a delayed function by what it
+calls; a delayed computation is volatile: the task gets the object itself). Each
+library's handlers are registered the first time one of its values is hashed, so
+importing the hasher imports none of them.
 
 Only the libraries' own classes are handled here; a subclass defined elsewhere is
 encoded as any other object.
@@ -111,6 +113,19 @@ def _future(enc: Encoder, obj: Any) -> None:
     raise VolatileValue("a distributed Future (random key) is an argument")
 
 
+def _delayed_function(enc: Encoder, obj: Any) -> None:
+    # ``@dask.delayed`` on a function (a method's class attribute, a global): by what it
+    # calls, like the function itself; its ``__dask_tokenize__`` is its key, which
+    # tokenises the function and differs from one process to the next.
+    enc.write_callable(obj)
+
+
+def _delayed(enc: Encoder, obj: Any) -> None:
+    # A computation Dask did not traverse (``traverse=False``, inside an object): the
+    # task gets the Delayed object itself, by identity, and its key may be random.
+    raise VolatileValue("a dask.delayed object held as a value (not computed)")
+
+
 def _register_h5py() -> None:
     import h5py
 
@@ -139,9 +154,12 @@ def _register_distributed() -> None:
 
 
 def _register_dask() -> None:
+    from dask.delayed import Delayed, DelayedLeaf
     from dask.utils import SerializableLock
 
     HANDLERS.register(SerializableLock)(_lock)
+    HANDLERS.register(DelayedLeaf)(_delayed_function)
+    HANDLERS.register(Delayed)(_delayed)
 
 
 def _register_multiprocessing() -> None:

@@ -2,7 +2,9 @@
 hash.
 
 ``task_hash = xxh3_128(KEY_VERSION, namespace, function fingerprint, arguments with every
-dependency replaced by its task hash)``. A ``DataNode`` hashes its value, an ``Alias``
+dependency replaced by its task hash)``, and pandas' options where they differ from the
+defaults (``future.infer_string=False`` changes what every task that builds a frame
+computes). A ``DataNode`` hashes its value, an ``Alias``
 is its target's hash, a nested ``Task`` argument hashes as the standalone task it would be
 if Dask had not inlined it (so inlined and separate forms agree), containers are walked.
 A task whose hash cannot be computed is *volatile*, and so is everything downstream, as
@@ -40,6 +42,7 @@ from ..core.errors import VolatileValue
 from ..core.signing import SigningKey
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
+from .pandas_values import options_in_effect
 from .registry import HANDLERS, Dispatch
 from .side_effects import pinned_keys
 from .task_kinds import TaskKinds
@@ -96,6 +99,9 @@ class GraphHasher:
             names is None or "cache_version" in names)
         self.signing_key = signing_key
         self.prefix = b"drc%d\0%s\0" % (KEY_VERSION, namespace.encode("utf-8"))
+        options = options_in_effect()  # pandas' non-default options: every task reads them
+        if options:
+            self.prefix += b"pandas%r\0" % (options,)
         self.digests: dict[Key, bytes] = {}
         self.result = GraphHashes()
         self.kinds = TaskKinds()
@@ -125,6 +131,9 @@ class GraphHasher:
                 continue
             except VolatileValue as exc:
                 result.volatile[key] = exc.reason
+                continue
+            except Exception as exc:  # a value no handler foresaw: never the user's failure
+                result.volatile[key] = f"cannot be hashed ({type(exc).__name__}: {exc})"
                 continue
             self.digests[key] = digest
             result.hashes[key] = (digest.hex() if self.signing_key is None
@@ -181,8 +190,14 @@ class GraphHasher:
             # The same bytes for every such task, unless volatility depends on arguments.
             if plain and not self.kinds.depends_on_arguments(func):
                 self._heads[id(func)] = (func, enc.written_since(start))
-        enc.write_raw(b"(%d:" % len(task.args))
-        for arg in task.args:
+        args = task.args
+        if (func is set or func is frozenset) and len(args) == 1 and type(args[0]) in (
+                List, Tuple):
+            # set(List(...)): Dask lists a set's members (delayed({a, b})) in the order
+            # the set iterates them, which PYTHONHASHSEED changes; the set does not care.
+            args = (Set(*args[0].args),)
+        enc.write_raw(b"(%d:" % len(args))
+        for arg in args:
             enc.encode(arg)
         if task.kwargs:
             enc.write_raw(b"{%d:" % len(task.kwargs))

@@ -32,18 +32,27 @@ _NUMPY = b"numpy==" + np.__version__.encode()
 
 
 def encode_dtype(enc: Encoder, dtype: np.dtype) -> None:
-    """An array's dtype: its string for plain dtypes, its fields (each field's dtype as a
-    dtype) for structured ones; its ``metadata`` when it has some."""
+    """An array's dtype: its string for plain dtypes; a sub-array's shape and base; a
+    structured dtype's size, alignment, scalar type (``np.record`` or ``np.void``) and
+    fields (name, offset, title and dtype each, in order: fields may overlap or be out of
+    order, which ``dtype.descr`` refuses); its ``metadata`` when it has some."""
     enc.write_raw(b"d")
     if dtype.fields is None and dtype.subdtype is None:
         enc.write_name(dtype.str)
+    elif dtype.fields is None:
+        base, shape = dtype.subdtype
+        enc.write_raw(b"sub%r" % (shape,))
+        encode_dtype(enc, base)
     else:
-        enc.encode(dtype.descr)
-        enc.write_raw(b"%d,%d;" % (dtype.itemsize, dtype.isalignedstruct))
-        base = dtype.subdtype[0] if dtype.subdtype is not None else None
-        for field in (base,) if base is not None else (
-                dtype.fields[name][0] for name in dtype.names):
-            encode_dtype(enc, field)  # a field's metadata is not in ``descr``
+        enc.write_raw(b"rec%d,%d,%d:" % (dtype.itemsize, dtype.isalignedstruct,
+                                         len(dtype.names)))
+        enc.write_name(dtype.type.__name__)
+        for name in dtype.names:
+            field = dtype.fields[name]  # (dtype, offset) or (dtype, offset, title)
+            enc.write_name(name)
+            enc.write_raw(b"@%d" % field[1])
+            enc.encode(field[2] if len(field) > 2 else None)
+            encode_dtype(enc, field[0])
     if dtype.metadata is not None:
         enc.write_raw(b"dm")
         enc.encode(dict(dtype.metadata))

@@ -7,8 +7,8 @@ with their types, are part of the dtype), masked columns (``Int64``, ``Float64``
 ``boolean``) by their values and their mask, Arrow columns by their buffers
 (:mod:`.arrow_values`), intervals by both ends, sparse columns by the stored values and
 where they sit. Object columns are hashed by pandas' row hash when every element is a
-string (or every one bytes), with the type of each element by position; otherwise
-element by element. A frame counts with its ``flags`` and ``attrs``.
+string (or every one bytes) by their bytes, with the type of each element by position;
+otherwise element by element. A frame counts with its ``flags`` and ``attrs``.
 
 Only pandas' own classes are handled here: a subclass defined elsewhere may carry state
 these handlers do not know (``_metadata``), so it is encoded as any other object; so is
@@ -17,6 +17,7 @@ an extension array of another library.
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,7 +29,13 @@ from .registry import HANDLERS, library_types_only
 if TYPE_CHECKING:
     from .encoder import Encoder
 
-__all__: list[str] = []
+__all__ = ["options_in_effect"]
+
+# Options that change only how pandas shows things, warns or how fast it computes (the
+# accelerators under compute.*: dask.dataframe turns numexpr off when imported, which
+# would make hashes depend on what a process imported).
+_NOT_VALUES = ("display.", "styler.", "plotting.", "compute.", "mode.chained_assignment",
+               "mode.performance_warnings", "mode.sim_interactive", "mode.max_threads")
 
 
 def _register() -> None:
@@ -39,6 +46,7 @@ def _register() -> None:
     HANDLERS.register(pd.Series)(_series)
     HANDLERS.register(pd.Index)(library_types_only("pandas")(_index))
     HANDLERS.register(pd.api.extensions.ExtensionDtype)(_extension_dtype)
+    HANDLERS.register(pd.api.extensions.ExtensionArray)(_extension_array)
     arrays = pd.arrays
     _ARRAYS.extend([
         (arrays.Categorical, _categorical),
@@ -119,16 +127,25 @@ def _values(enc: Encoder, values: Any) -> None:
     if isinstance(dtype, np.dtype):
         _numpy(enc, np.asarray(values))
         return
-    arr = values.array
+    _array_data(enc, values.array)
+
+
+def _array_data(enc: Encoder, arr: Any) -> None:
     if type(arr).__module__.partition(".")[0] == "pandas":
         for classes, encode in _ARRAYS:
             if isinstance(arr, classes):
                 encode(enc, arr)
-                break
-        else:
-            _unknown(enc, arr)
-    else:
-        _unknown(enc, arr)
+                return
+    _unknown(enc, arr)
+
+
+@library_types_only("pandas")
+def _extension_array(enc: Encoder, arr: Any) -> None:
+    """An extension array held as a value (not in a Series): its class, dtype and data."""
+    enc.write_raw(b"PA")
+    enc.write_callable(type(arr))
+    enc.encode(arr.dtype)
+    _array_data(enc, arr)
 
 
 def _numpy(enc: Encoder, arr: np.ndarray) -> None:
@@ -147,19 +164,37 @@ def _objects(enc: Encoder, arr: np.ndarray) -> None:
         # pandas hashes mixed objects by str(): 1 and "1", None and NaN would collide.
         enc.encode(arr.tolist())
         return
-    # pandas' hash encodes b"x" and "x", np.str_("x") and "x" alike: the type of every
-    # element is part of it, by position.
+    # np.str_("x") and "x" have the same characters: the type of every element counts,
+    # by position.
     enc.write_name(inferred)
     types = list(map(type, arr))
-    names = sorted({f"{t.__module__}.{t.__qualname__}": t for t in types}.items())
+    names = sorted((f"{t.__module__}.{t.__qualname__}", t) for t in set(types))
     enc.write_names(tuple(name for name, _ in names))
     if len(names) > 1:
         code = {t: i for i, (_, t) in enumerate(names)}
         enc.write_buffer(b"b", np.fromiter(map(code.__getitem__, types), dtype=np.uint8,
                                            count=len(types)).data)
-    # pandas' own row hash: deterministic (a fixed siphash key).
-    encode_elements(enc, pd.util.hash_array(arr, categorize=True))
-    enc.write_listed_paths(pd.unique(arr))
+    data = _as_arrow(arr, binary=inferred == "bytes")
+    if data is not None:  # every string's bytes, as Arrow lays them out
+        encode_arrow(enc, data)
+        enc.write_listed_paths(path_like_strings(data))
+    else:  # no pyarrow, or lone surrogates: pandas' row hash, 64 bits a string
+        enc.write_raw(b"PH")
+        encode_elements(enc, pd.util.hash_array(arr, categorize=True))
+        enc.write_listed_paths(pd.unique(arr))
+
+
+def _as_arrow(arr: np.ndarray, binary: bool) -> Any:
+    """An object array of strings (or bytes) as an Arrow array, or None."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return None
+    try:
+        return pa.array(arr, type=pa.large_binary() if binary else pa.large_string(),
+                        from_pandas=False)
+    except (UnicodeError, pa.ArrowException):
+        return None
 
 
 # -- extension arrays: their data exactly (their dtype is written already) ----------------
@@ -205,6 +240,29 @@ def _sparse(enc: Encoder, arr: Any) -> None:
 def _unknown(enc: Encoder, arr: Any) -> None:
     enc.write_raw(b"PE")
     enc.encode(arr)  # another library's extension array: by its pickled state
+
+
+def options_in_effect() -> tuple:
+    """pandas' options that differ from their defaults and can change what pandas code
+    computes (``future.infer_string``, ``mode.string_storage``, ``io.*`` readers),
+    as sorted ``(name, repr(value))`` pairs; empty without pandas imported or with the
+    defaults, so those processes agree. Global state every task in the process reads,
+    so part of every task hash (:class:`~.graph.GraphHasher`)."""
+    if "pandas" not in sys.modules:
+        return ()
+    try:
+        from pandas._config.config import _get_root, _registered_options
+    except ImportError:  # a pandas that keeps them elsewhere: not seen
+        return ()
+    found = []
+    for name, option in _registered_options.items():
+        if name.startswith(_NOT_VALUES) or name.endswith(".writer"):
+            continue
+        root, leaf = _get_root(name)
+        value = root.get(leaf, option.defval)
+        if value != option.defval:
+            found.append((name, repr(value)))
+    return tuple(sorted(found))
 
 
 HANDLERS.register_lazy("pandas", _register)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from dask._task_spec import Alias, DataNode, GraphNode, NestedContainer, Task
+from dask._task_spec import Alias, DataNode, GraphNode, NestedContainer, Task, TaskRef
 
 from .task_kinds import TaskKinds
 
@@ -27,7 +27,8 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
     - P2P barriers (special ``Task`` subclasses), the transfers they wait for, the unpacks
       that wait for them, and anything else from ``distributed.shuffle``;
     - side effects (:meth:`TaskKinds.side_effect`) and everything downstream of them: a
-      load of a downstream task would skip the effect;
+      load of a downstream task would skip the effect; and the task that made a store's
+      target (:meth:`TaskKinds.write_target`): a loaded copy would be written into;
     - scratch stores (a disk shuffle's partd) with every task that touches them and every
       task between two that do (a shuffle's barrier): the store exists in this run only.
       What is read out of it is hashed by what went in, so downstream stays cacheable.
@@ -52,6 +53,9 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
         elif effects and deps & effects or kinds.side_effect(node.func, node.args,
                                                              node.kwargs):
             effects.add(key)
+            target = _target_key(node, kinds)
+            if target is not None:
+                pinned.add(target)
         else:
             effect = decided.get(id(node.func))
             if effect is None:
@@ -61,6 +65,17 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
             elif kinds.scratch(node.func):
                 scratch.add(key)
     return pinned | effects | _scratch_regions(graph, order, scratch)
+
+
+def _target_key(node: Task, kinds: TaskKinds) -> Key | None:
+    """The task that made the object a writer writes into, if a task of the graph did."""
+    index = kinds.write_target(node.func)
+    if index is None or index >= len(node.args):
+        return None
+    target = node.args[index]
+    if isinstance(target, TaskRef):
+        return target.key
+    return target.target if isinstance(target, Alias) else None
 
 
 def _scratch_regions(graph: Mapping[Key, GraphNode], order: list[Key],

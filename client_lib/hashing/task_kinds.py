@@ -14,7 +14,9 @@ handles. docs/correctness.md, "Tasks that are not values".
   ``to_hdf``, ``to_json``, ``to_sql``, ``Bag.to_textfiles``, ``np.save``, pandas'
   writers, anything handed a file opened for writing, and the functions listed in
   ``result-cache.side-effect-functions``): always run, and so does everything downstream
-  of them; what feeds them may be loaded.
+  of them; what feeds them may be loaded, except the task making the target a store
+  writes into (``da.store`` into ``delayed(make_target)()``): a loaded copy would be
+  written instead of the object the graph made.
 - **Handles** (:func:`~client_lib.hashing.handles.handle_kind`): a task creating a handle onto
   outside state is volatile; one creating a scratch store the graph fills itself is pinned
   with the tasks that touch it.
@@ -66,6 +68,12 @@ _WRITERS = frozenset({
     "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
     "numpy.ndarray.tofile", "numpy.ndarray.dump",
 })
+# Writers (and the readers of what they wrote) by the position of their target: the
+# object written into must be the one the graph made, never a loaded copy of it.
+_TARGET_ARGUMENT = {
+    "dask.array.core.load_store_chunk": 1, "dask.array.core.store_chunk": 1,
+    "dask.array.core.insert_to_ooc": 2, "dask.array.core.load_chunk": 0,
+}
 _PANDAS_WRITERS = frozenset({
     "to_csv", "to_parquet", "to_hdf", "to_sql", "to_json", "to_excel", "to_feather",
     "to_pickle", "to_orc", "to_stata", "to_xml", "to_clipboard",
@@ -234,6 +242,13 @@ class TaskKinds:
             if self._effects and _in_list(name, self._effects):
                 return True
         return False
+
+    def write_target(self, func: Any) -> int | None:
+        """The position of the argument a writer writes into (or reads back from), for
+        Dask's own writers; ``None`` for other functions."""
+        return self._cached("target", func, lambda f: next(
+            (_TARGET_ARGUMENT[n] for inner in _unwrapped(f)
+             if (n := callable_name(inner)) in _TARGET_ARGUMENT), None))
 
     def scratch(self, func: Any) -> bool:
         """Whether ``func`` creates a store the graph fills and reads itself."""

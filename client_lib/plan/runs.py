@@ -167,6 +167,9 @@ def _post_queued() -> None:
                       "result-cache.report-runs: false stops sending them)",
                       key=f"run summaries: {cache.url}")
         finally:
+            # Not kept until the next summary: a body holds its run's graph, whose
+            # arguments may be distributed Futures the user has dropped.
+            del cache, body
             _queue.task_done()
 
 
@@ -281,8 +284,9 @@ class RunReporter:
         with self._lock:
             self._finished = True
             planned = self._plan_queued
-        if self._timer is not None:
+        if self._timer is not None:  # and dropped: it holds this reporter (a cycle)
             self._timer.cancel()
+            self._timer = None
         if not planned:  # one post with everything
             post_run(self.cache, lambda: {
                 **self._summary(report, status, stored, ended), "done": done,

@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import pathlib
+import pickle
 import sys
 import types
 import uuid
@@ -180,6 +181,8 @@ def values() -> dict[str, Any]:
         "hard masked array": np.ma.masked_array([1, 2], mask=[0, 1], hard_mask=True),
         "ndarray subclass": _tagged(), "reversed view": np.arange(6.0)[::-1],
         "float32 memoryview": memoryview(np.arange(4, dtype=np.float32)),
+        "pickle buffer": pickle.PickleBuffer(b"abc"),
+        "extension array": pd.array(["a", None, "c"], dtype="str"),
         "range index": pd.RangeIndex(2, 20, 3), "index": pd.Index(["a", "b"], name="i"),
         "multiindex": pd.MultiIndex.from_tuples([(1, "a"), (2, "b")], names=["n", "s"]),
         "datetime index": pd.date_range("2026-01-01", periods=3, freq="h"),

@@ -57,6 +57,15 @@ def corpus(h5_path: str) -> dict:
     pdf = pd.DataFrame({"a": np.arange(60), "b": list("xyz") * 20, "c": np.linspace(0, 1, 60)})
     ddf = dd.from_pandas(pdf, npartitions=3)
     h5 = h5py.File(h5_path, "r")["data"]
+
+    class Account:  # a delayed method: its class attribute is a DelayedLeaf
+        def __init__(self, base):
+            self.base = base
+
+        @dask.delayed  # its key (its __dask_tokenize__) is random
+        def add(self, x):
+            return self.base + x
+
     return {
         "delayed_pure": inc(inc(1)),
         "delayed_nonpure": nonpure(nonpure(1, 2), key="v"),
@@ -74,6 +83,9 @@ def corpus(h5_path: str) -> dict:
         "dataframe": ddf.groupby("b").c.sum(),
         "dataframe_assign": ddf.assign(d=ddf.a * 2)[["a", "d"]],
         "bag": db.from_sequence(range(10), npartitions=2).map(str).frequencies(),
+        # Dask lists a set's members in the order the set iterates them (issue 27)
+        "set_of_delayed": dask.delayed({inc(1), inc(2), "three", 4.0}),
+        "delayed_method": Account(100).add(3),
     }
 
 

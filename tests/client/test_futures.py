@@ -267,3 +267,43 @@ def test_submit_and_map_are_reported_as_runs(cache_server, client):
     hits = [e for e in events["events"] if e["kind"] == "hit" and e.get("run") in
             {mapped["run_id"], submitted["run_id"]}]
     assert [e["run"] for e in hits] == [mapped["run_id"]]
+
+
+def _held(client, key) -> bool:
+    return key in client.run_on_scheduler(lambda dask_scheduler: set(dask_scheduler.tasks))
+
+
+def _released(client, key, seconds: float = 20.0) -> bool:
+    """Whether the scheduler forgets ``key`` within ``seconds`` (releases travel as
+    messages: a deadline, not a speed requirement)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while _held(client, key):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _double(x):
+    return x * 2
+
+
+@pytest.mark.parametrize("compute", ["dask.compute", "cached_compute"])
+def test_futures_passed_in_are_released_when_the_user_drops_them(cache_server, client,
+                                                                 compute):
+    """Issue 27: a Future given to ``cached_compute`` stayed held by the scheduler after
+    the user dropped it (the run's summary kept its graph), where ``dask.compute`` lets
+    it go. No ``gc.collect()``: references, not cycles, must be what lets it go."""
+    future = client.submit(_double, 21, pure=False)
+    assert future.result() == 42
+    key = future.key
+    task = dask.delayed(_double, pure=True)(future)
+    if compute == "dask.compute":
+        assert dask.compute(task) == (84,)
+    else:
+        assert cached_compute(task, cache=cache_server.url, namespace=uuid.uuid4().hex) == (
+            84,)
+    del future, task
+    assert _released(client, key), f"{compute} still holds {key}"

@@ -185,6 +185,48 @@ def test_unhashable_argument_makes_task_and_descendants_volatile():
     assert hashes["c"] is not None
 
 
+def test_a_delayed_object_held_as_a_value_is_volatile():
+    """``traverse=False`` hands the task the Delayed object itself (by identity, its key
+    random): never cached. A ``@dask.delayed`` function held as a value (a method's class
+    attribute) counts by what it calls."""
+    inner = dask.delayed(lambda: 1)()
+    kept = dask.delayed([inner, 2], traverse=False, pure=True)
+    assert set(task_hashes(kept).values()) == {None}
+
+    @dask.delayed
+    def plus(x):
+        return x + 1
+
+    holder = dask.delayed(lambda f: f, pure=True)(plus, dask_key_name="holder")
+    assert task_hashes(holder)["holder"] is not None
+
+
+def test_a_container_that_failed_to_hash_is_hashed_again_where_it_recurs():
+    """Two tasks share an argument tuple holding a lock: both are volatile. (The tuple
+    stayed on the encoder's cycle guard after the first failed, and the second task
+    hashed it as a back reference: without the array beside the lock, a stale hit.)"""
+    lock = threading.Lock()
+
+    def build(values):
+        shared = (lock, values)
+        first = dask.delayed(lambda t: 1, pure=True)(shared, dask_key_name="first")
+        second = dask.delayed(lambda t, k: 2, pure=True)(shared, 7, dask_key_name="second")
+        return [first, second]
+
+    assert task_hashes(build(np.arange(3))) == {"first": None, "second": None}
+
+
+def test_a_value_no_handler_foresaw_makes_its_task_volatile_not_the_run_fail():
+    class Broken:
+        def __reduce_ex__(self, protocol):
+            return (Broken,)  # pickle itself would refuse it
+
+    ok = dask.delayed(lambda: 1, pure=True)(dask_key_name="ok")
+    bad = dask.delayed(lambda b: 2, pure=True)(Broken(), dask_key_name="bad")
+    hashes = task_hashes([ok, bad])
+    assert hashes["bad"] is None and hashes["ok"] is not None
+
+
 def test_annotate_cache_false_is_volatile_downstream():
     with dask.annotate(cache=False):
         a = dask.delayed(lambda: 1, pure=True)(dask_key_name="a")

@@ -43,7 +43,7 @@ NDITER = "return [float(v) for v in np.nditer(x)]"
 
 def documented(doc: str) -> str:
     """An array project whose ``map_blocks`` layer is annotated with a cache version."""
-    return array_pipe(f"""
+    return array_pipe("""
         base = da.from_array(np.arange(60.0).reshape(30, 2), chunks=(10, 2))
         with dask.annotate(cache_version="1"):
             x = base.map_blocks(scale)

@@ -17,6 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests._compare import assert_same
+from tests.correctness._fresh import namespace, run_scenario
+from tests.correctness._round3_scenarios import PANDAS_OPTIONS
+
 pytestmark = pytest.mark.slow  # fresh processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +45,8 @@ def _assert_identical(actual, expected, what: str) -> None:
     check(actual, expected, check_exact=True, obj=what)
     pairs = [(actual.index, expected.index)]
     if isinstance(expected, pd.DataFrame):
-        pairs += [(actual.columns, expected.columns), *zip(actual.dtypes, expected.dtypes)]
+        pairs += [(actual.columns, expected.columns), *zip(actual.dtypes, expected.dtypes,
+                                                                 strict=True)]
     else:
         pairs.append((actual.dtype, expected.dtype))
     for mine, theirs in pairs:  # the storage is part of a string dtype's identity
@@ -62,3 +67,16 @@ def test_parquet_loads_give_the_stored_dtypes_under_any_options(cache_server, tm
         for name, (_, kind, expected) in stored.items():
             assert not isinstance(loaded[name], str), (options, name, loaded[name])
             _assert_identical(loaded[name], expected, f"{name} ({kind}) under {options}")
+
+
+def test_a_task_computed_under_other_pandas_options_is_another_task(cache_server, tmp_path):
+    """What a task builds with pandas depends on pandas' options (``str`` or ``object``
+    columns): a run under other options than the one that stored the result must not
+    load it."""
+    ns = namespace("round3")
+    for options in ({}, *OPTIONS[1:], {}):
+        result = run_scenario(cache_server, tmp_path / "options", "options", PANDAS_OPTIONS,
+                              options, namespace=ns)
+        assert_same(result["value"], result["expected"], f"under {options}")
+    (report,) = result["reports"]
+    assert report["loaded"] >= 1 and report["computed"] == 0, report  # defaults again

@@ -135,3 +135,21 @@ def test_warm_runs_raise_the_warnings_of_the_tasks_they_load(cache_server, tmp_p
             assert raised == expected_raised, (phase, name)
     for report in result["reports"]:  # warm: every output loaded, nothing recomputed
         assert report["computed"] == 0 and report["loaded"] >= 1, report
+
+
+# -- issue 27: the target of a store, made by a task ---------------------------------------
+
+
+def test_a_store_writes_into_the_target_its_graph_made_on_every_run(cache_server, tmp_path):
+    """``da.store(x, delayed(make_target)(...))``: the task making the target always runs
+    (a loaded copy would be written into instead), while the source chunks load."""
+    from tests.correctness._round3_scenarios import STORE_TARGETS
+
+    ns = namespace()
+    for phase in ("cold", "warm"):
+        result = run_scenario(cache_server, tmp_path / "targets", "targets", STORE_TARGETS,
+                              namespace=ns)
+        assert result["value"] == result["expected"], phase
+        assert result["value"] == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]] * 2 + [
+            [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]], phase
+    assert any(report["loaded"] for report in result["reports"]), result["reports"]
