@@ -49,7 +49,8 @@ def cached_compute(
     loads and stores on its workers. ``explain=True`` prints what the cache did;
     :func:`client_lib.last_report` returns it.
 
-    Config ``result-cache.mode = "read-only"`` loads but never stores. Tasks this run
+    Config ``result-cache.mode = "read-only"`` loads but never stores, as does a process
+    with ``result-cache.trusted-keys`` and no private ``signing-key``. Tasks this run
     computes are leased on the server, so another run that needs one of them meanwhile
     waits for it and loads it instead of computing it too (docs/protocol.md, "Leases").
     """

@@ -47,6 +47,7 @@ from .plan.settings import read_only, refresh_requested, resolve_cache
 from .policy.expiry import default_ttl, parse_ttl
 from .policy.modes import resolve_policy
 from .transport.client import CacheClient
+from .transport.signatures import why_no_stores
 
 __all__ = ["CachedClient", "CallSpec", "cached_call"]
 
@@ -222,7 +223,9 @@ class CachedClient:
         held = self.client.futures  # the scheduler keeps these keys' tasks: no lookup
         ttl = annotations.annotation("cache_ttl", None)
         ttl = default_ttl() if ttl is None else parse_ttl(ttl)
-        no_stores, refresh = read_only(), refresh_requested(None)
+        why = why_no_stores(run.cache.signing_key)
+        no_stores = read_only() or why is not None
+        refresh = refresh_requested(None)
         for key in keys:
             task_hash = hashes.hashes.get(key)
             hit = task_hash in hits and not (refresh and not no_stores)
@@ -246,7 +249,8 @@ class CachedClient:
         report = CacheReport(cache_url=run.cache.url, namespace=self.namespace,
                              tasks=len(keys), cacheable=len(hashes.hashes), hits=loaded,
                              loaded=loaded, computed=len(keys) - loaded,
-                             store_candidates=len(computed), volatile=len(hashes.volatile))
+                             store_candidates=len(computed), volatile=len(hashes.volatile),
+                             not_storing=why)
         report.loaded_keys = [k for k, s in zip(keys, specs, strict=True) if s and s.hit]
         report.computed_keys = [k for k, s in zip(keys, specs, strict=True)
                                 if not (s and s.hit)]

@@ -2,7 +2,9 @@
 
 The key belongs to the clients (``result-cache.signing-key``, env
 ``DASK_RESULT_CACHE__SIGNING_KEY``), never to the server: give the same one to every user
-and worker of a team.
+and worker of a team. With ``--ed25519``, a key pair instead (docs/protocol.md, "Public-key
+signatures"): the private key for the writers' ``result-cache.signing-key``, the public one
+for everyone's ``result-cache.trusted-keys``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,17 @@ def new_key() -> str:
 
 
 @click.command()
-def keygen() -> None:
+@click.option("--ed25519", is_flag=True,
+              help="Print an Ed25519 key pair: 'signing-key: ed25519:...' for writers and "
+                   "'trusted-key: ed25519:...' for readers (result-cache.trusted-keys).")
+def keygen(ed25519: bool) -> None:
     """Print a new random signing key for result-cache.signing-key
     (export DASK_RESULT_CACHE__SIGNING_KEY=$(dask-cache keygen))."""
-    click.echo(new_key())
+    if not ed25519:
+        click.echo(new_key())
+        return
+    from client_lib.core.public_keys import new_keypair
+
+    private, public = new_keypair()
+    click.echo(f"signing-key: {private}")
+    click.echo(f"trusted-key: {public}")

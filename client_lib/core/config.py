@@ -22,6 +22,9 @@ DEFAULTS = {
         "url": None,
         "token": None,  # bearer token, when the server requires one
         "signing-key": None,  # team secret: sign and check results (dask-cache keygen)
+        # Ed25519 public keys whose signatures this process loads (comma-separated); with
+        # no ed25519 signing-key it only reads (dask-cache keygen --ed25519)
+        "trusted-keys": None,
         "namespace": "default",
         "policy": "auto",  # auto | all | outputs | none
         # Functions whose tasks are never cached (they read the clock, a service, ...)

@@ -9,14 +9,21 @@ decoded; task hashes are keyed as well, so nobody without the key can compute th
 
 The secret never leaves the clients. Two keys are derived from it, one per purpose, and only
 those travel with the tasks to the workers (a :class:`SigningKey` pickles as them).
+
+An ``ed25519:`` signing key, or ``result-cache.trusted-keys``, selects public-key signatures
+instead (:mod:`.public_keys`): readers then check what they cannot sign.
 """
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .config import setting
+
+if TYPE_CHECKING:
+    from .public_keys import Ed25519Keys
 
 __all__ = ["MIN_SECRET_CHARS", "SIGNATURE_VERSION", "SigningKey", "configured_key"]
 
@@ -36,6 +43,7 @@ class SigningKey:
     its pickle never contain the secret itself."""
 
     __slots__ = ("_hash_key", "_sig_key")
+    can_sign = True  # as :class:`~.public_keys.Ed25519Keys`, which may only check
 
     def __init__(self, secret: str) -> None:
         if not isinstance(secret, str):
@@ -129,13 +137,25 @@ def _message(version: str, fields: Sequence[tuple[str, str]]) -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
-def configured_key() -> SigningKey | None:
-    """This process's ``result-cache.signing-key`` (env ``DASK_RESULT_CACHE__SIGNING_KEY``),
-    or None. Raises ``ValueError`` for a secret too short to be one."""
-    secret = setting("signing-key")
-    if secret is None or secret == "":
-        return None
-    if not isinstance(secret, str):  # Dask parses environment values as Python literals
+def configured_key() -> SigningKey | Ed25519Keys | None:
+    """This process's keys, or None: ``result-cache.signing-key`` (env
+    ``DASK_RESULT_CACHE__SIGNING_KEY``), an HMAC secret or ``ed25519:<private>``, and
+    ``result-cache.trusted-keys`` (env ``DASK_RESULT_CACHE__TRUSTED_KEYS``), Ed25519 public
+    keys. Raises ``ValueError`` (or ``TypeError``) for keys that are not keys."""
+    secret, trusted = setting("signing-key"), setting("trusted-keys")
+    if secret == "":
+        secret = None
+    # Dask parses environment values as Python literals
+    if secret is not None and not isinstance(secret, str):
         raise TypeError("result-cache.signing-key was read as a number, which changes its "
                         "text: use a key from `dask-cache keygen` (never a number)")
-    return SigningKey(secret)
+    ed25519 = secret is not None and secret.strip().startswith("ed25519:")
+    if trusted in (None, "", []) and not ed25519:
+        return None if secret is None else SigningKey(secret)
+    from .public_keys import Ed25519Keys, trusted_keys_of  # imports cryptography
+
+    if secret is not None and not ed25519:
+        raise ValueError("result-cache.trusted-keys are Ed25519 public keys, but "
+                         "result-cache.signing-key is an HMAC secret: use a pair from "
+                         "`dask-cache keygen --ed25519`, or no trusted keys")
+    return Ed25519Keys(secret, trusted_keys_of(trusted))

@@ -47,6 +47,7 @@ class CacheReport:
     waited: int = 0  # tasks another run was computing when this one started
     waited_loaded: int = 0  # of those, loaded once the other run stored them
     fallback: str | None = None  # why the cache was (partly) bypassed
+    not_storing: str | None = None  # why this run stores nothing though it may load
     retried: list[str] = field(default_factory=list)  # hashes that failed to load
     # why each large result (>= 1 MiB) was or was not stored, where the policy decided
     store_decisions: list[str] = field(default_factory=list)
@@ -76,6 +77,8 @@ class CacheReport:
             f"{stored}, "
             f"volatile {self.volatile}",
         ]
+        if self.not_storing:
+            lines.append(f"  stores nothing: {self.not_storing}")
         if self.chain_links or self.over_budget:
             lines.append(f"  not stored: {self.chain_links} links of chains (a later step is "
                          f"the candidate), {self.over_budget} over the run's store budget")
@@ -87,7 +90,8 @@ class CacheReport:
             lines.append(f"  volatile x{n}: {reason}")
         if self.untrusted:
             lines.append(f"  untrusted {self.untrusted}: entries without a valid signature "
-                         "for result-cache.signing-key, recomputed (not loaded)")
+                         "for result-cache.signing-key (or trusted-keys), recomputed (not "
+                         "loaded)")
         if self.waited:
             lines.append(f"  waited for {self.waited} tasks other runs were computing: "
                          f"{self.waited_loaded} loaded, the others computed here")

@@ -86,7 +86,8 @@ class Run:
 
             warm_workers(self.scheduler.client, cache)  # in the background, once
         self.report = CacheReport(cache_url=cache.url if cache else None,
-                                  namespace=settings.namespace)
+                                  namespace=settings.namespace,
+                                  not_storing=settings.no_stores_reason)
         set_last_report(self.report)
         self.run_id = uuid.uuid4().hex
         self.tally: RunTally = TALLIES.of(self.run_id)  # what its tasks do in this process
@@ -277,8 +278,9 @@ class Run:
                 report.untrusted = len(untrusted)
                 report.retried.extend(sorted(found))
                 warn_once(f"cached_compute: {len(found)} cached result(s) in {cache.url} "
-                          "have no valid signature for result-cache.signing-key (written by "
-                          "someone without the key): not loaded (nothing was unpickled), "
+                          "have no valid signature for result-cache.signing-key (or "
+                          "trusted-keys; written by someone without the key): not loaded "
+                          "(nothing was unpickled), "
                           "recomputed; counted as untrusted in the run report and the "
                           "server's stats", key=f"untrusted: {cache.url}", user_warning=True,
                           stacklevel=_outside_this_module() + 1)

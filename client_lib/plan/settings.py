@@ -13,6 +13,7 @@ from ..core.config import setting
 from ..policy.modes import Policy, resolve_policy
 from ..transport.client import CacheClient
 from ..transport.interface import Transport
+from ..transport.signatures import why_no_stores
 
 __all__ = ["NO_CACHE", "RunSettings", "namespace_of", "read_only", "refresh_requested",
            "resolve_cache"]
@@ -32,6 +33,8 @@ class RunSettings:
     policy: Policy
     read_only: bool
     refresh: bool
+    #: Why a run that was not told to be read-only stores nothing (the report says it).
+    no_stores_reason: str | None = None
 
     @classmethod
     def read(cls, cache: Any = None, policy: Any = None, namespace: str | None = None,
@@ -41,15 +44,17 @@ class RunSettings:
         it is a cache problem, the run computes without the cache."""
         namespace = namespace_of(namespace)
         no_stores = read_only()
-        refresh = refresh_requested(refresh) and not no_stores
-        store_policy = resolve_policy("none" if no_stores else policy)
         try:
             client, problem = resolve_cache(cache), None
         except ValueError as exc:
             client, problem = None, str(exc)
         if client is None and problem is None:
             problem = NO_CACHE
-        return cls(client, problem, namespace, store_policy, no_stores, refresh)
+        why = why_no_stores(getattr(client, "signing_key", None))
+        no_stores = no_stores or why is not None
+        refresh = refresh_requested(refresh) and not no_stores
+        store_policy = resolve_policy("none" if no_stores else policy)
+        return cls(client, problem, namespace, store_policy, no_stores, refresh, why)
 
 
 def resolve_cache(cache: Any = None) -> Transport | None:

@@ -26,7 +26,6 @@ from ..core.errors import (
     CacheAccessDenied,
     CacheProtocolError,
 )
-from ..core.signing import SigningKey
 from ..wire import batch, codec, headers
 from ..wire.bounds import LEASE_BATCH, LOOKUP_BATCH, MAX_COMPUTE_SECONDS
 from . import signatures, staging
@@ -62,18 +61,22 @@ class CacheClient(Loads, Transport):
     Redis and one storage): every request goes to the next in turn, and on a connection
     failure or a 5xx to the following ones, before :class:`CacheUnavailable`.
 
-    ``signing_key`` (default: this process's ``result-cache.signing-key``; a secret string
-    or a :class:`~client_lib.core.signing.SigningKey`) signs every store and is checked on every
+    ``signing_key`` (default: this process's ``result-cache.signing-key`` and
+    ``trusted-keys``; a secret string, an ``ed25519:`` private key, a
+    :class:`~client_lib.core.signing.SigningKey` or
+    :class:`~client_lib.core.public_keys.Ed25519Keys`) signs every store and is checked on every
     load before anything is unpickled (docs/protocol.md, "Signed results"). It travels with
     the client to the workers, never to the server; a worker uses its own configured key
-    only when the sender has none.
+    only when the sender has none. A client with only trusted keys stores nothing
+    (:meth:`put` answers ``False``): it cannot sign.
     """
 
-    _shared: dict[tuple[str, str | None, bool, int, SigningKey | None], CacheClient] = {}
+    _shared: dict[tuple[str, str | None, bool, int, signatures.Keys | None],
+                   CacheClient] = {}
     _shared_lock = threading.Lock()
 
     def __init__(self, url: str, token: str | None = None, *, from_config: bool = False,
-                 signing_key: SigningKey | str | None = FROM_CONFIG) -> None:
+                 signing_key: signatures.Keys | str | None = FROM_CONFIG) -> None:
         self.url = normalize_urls(url)
         self.token = token
         self.from_config = from_config
@@ -89,7 +92,7 @@ class CacheClient(Loads, Transport):
 
     @classmethod
     def shared(cls, url: str, token: str | None = None, *, from_config: bool = False,
-               signing_key: SigningKey | str | None = FROM_CONFIG) -> CacheClient:
+               signing_key: signatures.Keys | str | None = FROM_CONFIG) -> CacheClient:
         """The process-wide client for ``url`` and key (a fork gets its own pool)."""
         signing_key = signatures.resolve_key(signing_key)
         key = (normalize_urls(url), token, from_config, os.getpid(), signing_key)
@@ -230,6 +233,8 @@ class CacheClient(Loads, Transport):
         id of the run that stores it (its ``store`` event names it)."""
         if self._store_refused is not None:
             raise self._store_refused
+        if signatures.why_no_stores(self.signing_key) is not None:
+            return False  # runs never ask (their policy is none); nobody could load it
         enc = value if isinstance(value, codec.Encoded) else codec.encode(value)
         sent = {
             headers.KIND: enc.kind,
@@ -309,6 +314,8 @@ class CacheClient(Loads, Transport):
         server now holds it. Raises like :meth:`put` for the whole request."""
         if self._store_refused is not None:
             raise self._store_refused
+        if signatures.why_no_stores(self.signing_key) is not None:
+            return [False] * len(items)
         payload = batch.pack(self._batch_item(*item) for item in items)
         response = self._store("POST", "/v1/objects/batch", body=lambda: payload,
                                headers={"Content-Type": batch.MEDIA_TYPE})
@@ -353,7 +360,7 @@ def _batches(items: Iterable[str], size: int) -> list[list[str]]:
 
 
 def _configured_client(url: str, token: str | None,
-                       signing_key: SigningKey | None = None) -> CacheClient:
+                       signing_key: signatures.Keys | None = None) -> CacheClient:
     """Unpickle a ``from_config`` client: this process's own URL and token win over the
     sender's; the sender's signing key wins over this process's (it hashed the tasks)."""
     key = signing_key or signatures.own_key()
@@ -365,7 +372,7 @@ def _configured_client(url: str, token: str | None,
 
 
 def _explicit_client(url: str, token: str | None,
-                     signing_key: SigningKey | None = None) -> CacheClient:
+                     signing_key: signatures.Keys | None = None) -> CacheClient:
     """Unpickle a client made for an explicit URL: everything as sent (this process's own
     signing key only if the sender had none)."""
     return CacheClient.shared(url, token, signing_key=signing_key or signatures.own_key())
