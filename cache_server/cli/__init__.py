@@ -4,7 +4,8 @@ Each command lives in its own small module of this package and is listed in ``CO
 modules are imported only when their command runs, so ``dask-cache --help`` and
 ``dask --help`` stay fast. To add a command, write the module and add one line here.
 Commands that talk to a running server share :mod:`.remote`; the maintenance commands that
-work on a stopped server's data directory share :mod:`.offline`.
+work on a stopped server's data directory share :mod:`.offline`. Every command stops on
+SIGTERM as on SIGINT (:mod:`.stopping`), its children with it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,12 @@ class LazyGroup(click.Group):
 
 
 @click.group(name="cache", cls=LazyGroup)
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """dask-result-cache: a persistent, content-addressed result cache for Dask."""
+    from .stopping import stop_on_signals
+
+    ctx.with_resource(stop_on_signals())  # SIGTERM stops the children as Ctrl-C does
 
 
 def main() -> None:
