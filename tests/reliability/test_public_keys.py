@@ -201,3 +201,18 @@ def test_keygen_prints_an_ed25519_pair_that_works() -> None:
     signature = Ed25519Keys(private).sign(*fields, "ee" * 32)
     assert Ed25519Keys(None, [public]).verify(signature, *fields) == "ee" * 32
     assert private not in repr(Ed25519Keys(private))
+
+
+@pytest.mark.slow
+def test_a_reader_forges_under_hmac_and_not_under_ed25519(tmp_path):
+    """The campaign (``python -m tests.stress.trusted_keys``, RELIABILITY.md) at small size:
+    an HMAC reader holds the secret, so his payloads run in the writer's process; an Ed25519
+    reader's four kinds of forgery never load, and he stores nothing."""
+    from tests.stress.trusted_keys import run
+
+    found = run(tmp_path, entries=4)
+    assert found["hmac_reader"]["payloads_run"] == 4 == found["hmac_reader"]["reader_stored"]
+    ed25519 = found["ed25519_reader"]
+    assert (ed25519["payloads_run"], ed25519["wrong_values"], ed25519["loaded"]) == (0, 0, 0)
+    assert ed25519["untrusted_reported"] >= 1 and ed25519["reader_stored"] == 0
+    assert "cannot sign" in ed25519["reader_says"]
