@@ -10,6 +10,7 @@ for everyone's ``result-cache.trusted-keys``.
 from __future__ import annotations
 
 import ast
+import base64
 import secrets
 
 import click
@@ -38,8 +39,14 @@ def keygen(ed25519: bool) -> None:
     if not ed25519:
         click.echo(new_key())
         return
-    from client_lib.core.public_keys import new_keypair
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    private, public = new_keypair()
-    click.echo(f"signing-key: {private}")
-    click.echo(f"trusted-key: {public}")
+    private = Ed25519PrivateKey.generate()
+    click.echo(f"signing-key: {_ed25519_text(private.private_bytes_raw())}")
+    click.echo(f"trusted-key: {_ed25519_text(private.public_key().public_bytes_raw())}")
+
+
+def _ed25519_text(raw: bytes) -> str:
+    """docs/protocol.md, "Public-key signatures": ``ed25519:`` and URL-safe base64 without
+    padding (the server imports no client code but the protocol's facts in client_lib.wire)."""
+    return "ed25519:" + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")

@@ -15,22 +15,28 @@ as the HMAC's v2 message under the version ``e1``.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .signing import _BODY_CHARS, _fields, _is_hex, _message
+from .signed_text import (
+    BODY_CHARS,
+    ED25519_PREFIX,
+    decode_key,
+    encode_key,
+    is_hex,
+    new_keypair,
+    signed_fields,
+    signed_message,
+)
 
 if TYPE_CHECKING:  # cryptography is imported by the first key made (~40 ms)
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = ["ED25519_PREFIX", "ED25519_VERSION", "Ed25519Keys", "new_keypair"]
 
-ED25519_PREFIX = "ed25519:"
 ED25519_VERSION = "e1"
-_KEY_CHARS = 43  # base64 of 32 bytes, unpadded
 _ID_CHARS = 16
 _SIG_CHARS = 128
 # Public, so that every reader computes the same hashes; apart from unsigned hashes, so
@@ -44,52 +50,8 @@ READ_ONLY_REASON = (
 )
 
 
-def encode_key(raw: bytes) -> str:
-    return ED25519_PREFIX + base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def decode_key(text: object, setting: str) -> bytes:
-    """The 32 raw bytes of ``ed25519:<43 characters>``; ``ValueError`` naming ``setting``
-    for anything else (a canonical encoding only: one text per key)."""
-    if not isinstance(text, str):
-        raise TypeError(
-            f"{setting} must be text like 'ed25519:<43 characters>', not {type(text).__name__}"
-        )
-    text = text.strip()
-    body = text[len(ED25519_PREFIX) :]
-    if not text.startswith(ED25519_PREFIX) or len(body) != _KEY_CHARS:
-        raise ValueError(
-            f"{setting}: {_shown(text)} is not an Ed25519 key "
-            "('ed25519:' and 43 characters, as `dask-cache keygen --ed25519` "
-            "prints)"
-        )
-    try:
-        raw = base64.urlsafe_b64decode(body + "=")
-    except ValueError:
-        raw = b""
-    if len(raw) != 32 or encode_key(raw) != text:
-        raise ValueError(f"{setting}: {_shown(text)} is not URL-safe base64 of 32 bytes")
-    return raw
-
-
-def _shown(text: str) -> str:
-    """Enough of a malformed key to find it, never all of it (it may be a private key)."""
-    return repr(text[: len(ED25519_PREFIX) + 4] + "...") if len(text) > 12 else repr(text)
-
-
 def key_id(public_raw: bytes) -> str:
     return hashlib.sha256(public_raw).hexdigest()[:_ID_CHARS]
-
-
-def new_keypair() -> tuple[str, str]:
-    """A new ``(private, public)`` pair, encoded."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    private = Ed25519PrivateKey.generate()
-    return (
-        encode_key(private.private_bytes_raw()),
-        encode_key(private.public_key().public_bytes_raw()),
-    )
 
 
 def trusted_keys_of(value: object) -> list[str]:
@@ -174,11 +136,13 @@ class Ed25519Keys:
         """``e1.<key id>.<body digest>.<signature>``; ``ValueError`` without a private key."""
         if self._private is None:
             raise ValueError(READ_ONLY_REASON)
-        if len(body) != _BODY_CHARS or not _is_hex(body):
+        if len(body) != BODY_CHARS or not is_hex(body):
             raise ValueError(f"not a body digest: {body!r}")
         public = self._private.public_key().public_bytes_raw()
         signature = self._private.sign(
-            _message(ED25519_VERSION, _fields(task_hash, kind, dtype, shape, digest, body))
+            signed_message(
+                ED25519_VERSION, signed_fields(task_hash, kind, dtype, shape, digest, body)
+            )
         )
         return f"{ED25519_VERSION}.{key_id(public)}.{body}.{signature.hex()}"
 
@@ -197,16 +161,18 @@ class Ed25519Keys:
         public = self._trusted.get(kid)
         if (
             public is None
-            or len(body) != _BODY_CHARS
-            or not _is_hex(body)
+            or len(body) != BODY_CHARS
+            or not is_hex(body)
             or len(sig) != _SIG_CHARS
-            or not _is_hex(sig)
+            or not is_hex(sig)
         ):
             return None
         try:
             public.verify(
                 bytes.fromhex(sig),
-                _message(ED25519_VERSION, _fields(task_hash, kind, dtype, shape, digest, body)),
+                signed_message(
+                    ED25519_VERSION, signed_fields(task_hash, kind, dtype, shape, digest, body)
+                ),
             )
         except (InvalidSignature, ValueError):
             return None

@@ -17,10 +17,10 @@ instead (:mod:`.public_keys`): readers then check what they cannot sign.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .config import setting
+from .signed_text import BODY_CHARS, is_hex, signed_fields, signed_message
 
 if TYPE_CHECKING:
     from .public_keys import Ed25519Keys
@@ -31,11 +31,9 @@ __all__ = ["MIN_SECRET_CHARS", "SIGNATURE_VERSION", "SigningKey", "configured_ke
 SIGNATURE_VERSION = "v2"
 #: ``dask-cache keygen`` prints 64 hex characters (256 bits); shorter secrets are refused.
 MIN_SECRET_CHARS = 32
-_SIGNATURE_PREFIX = b"dask-result-cache signature "
 _SIG_CONTEXT = b"dask-result-cache signature"
 # "v2": keyed hashes changed with the signatures, so entries signed v1 are never looked up.
 _HASH_CONTEXT = b"dask-result-cache task hash v2"
-_BODY_CHARS = 64
 
 
 class SigningKey:
@@ -82,9 +80,9 @@ class SigningKey:
              body: str) -> str:
         """The ``X-Result-Signature`` of one stored object: ``v2.<body digest>.<mac>``,
         ``body`` being its :func:`~client_lib.wire.body_hash.body_root`."""
-        if len(body) != _BODY_CHARS or not _is_hex(body):
+        if len(body) != BODY_CHARS or not is_hex(body):
             raise ValueError(f"not a body digest: {body!r}")
-        mac = hmac.digest(self._sig_key, _message(SIGNATURE_VERSION, _fields(
+        mac = hmac.digest(self._sig_key, signed_message(SIGNATURE_VERSION, signed_fields(
             task_hash, kind, dtype, shape, digest, body)), "sha256")
         return f"{SIGNATURE_VERSION}.{body}.{mac.hex()}"
 
@@ -98,7 +96,7 @@ class SigningKey:
             return None
         version, _, rest = signature.partition(".")
         body, _, _ = rest.partition(".")
-        if version != SIGNATURE_VERSION or len(body) != _BODY_CHARS or not _is_hex(body):
+        if version != SIGNATURE_VERSION or len(body) != BODY_CHARS or not is_hex(body):
             return None
         try:
             expected = self.sign(task_hash, kind, dtype, shape, digest, body)
@@ -114,27 +112,6 @@ def _from_derived(sig_key: bytes, hash_key: bytes) -> SigningKey:
     key = SigningKey.__new__(SigningKey)
     key._sig_key, key._hash_key = sig_key, hash_key
     return key
-
-
-def _fields(task_hash: str, kind: str, dtype: str, shape: str, digest: str,
-            body: str) -> list[tuple[str, str]]:
-    """The signed fields of version 2, in order. A later version appends fields under a
-    new version string."""
-    return [("hash", task_hash), ("kind", kind), ("dtype", dtype), ("shape", shape),
-            ("digest", digest), ("body", body)]
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
-
-
-def _message(version: str, fields: Sequence[tuple[str, str]]) -> bytes:
-    lines = [_SIGNATURE_PREFIX + version.encode("ascii")]
-    for name, value in fields:
-        if "\n" in value or not value.isascii():
-            raise ValueError(f"{name} cannot be signed: {value!r}")
-        lines.append(f"{name}={value}".encode("ascii"))
-    return b"\n".join(lines) + b"\n"
 
 
 def configured_key() -> SigningKey | Ed25519Keys | None:
