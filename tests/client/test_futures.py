@@ -307,3 +307,25 @@ def test_futures_passed_in_are_released_when_the_user_drops_them(cache_server, c
             84,)
     del future, task
     assert _released(client, key), f"{compute} still holds {key}"
+
+
+def test_ed25519_readers_load_calls_and_store_none(cache_server, client):
+    """Issue 29: submit with only trusted keys loads what the writer signed and stores
+    nothing of its own (it could not sign); the writer's workers sign with its key."""
+    from client_lib.core.public_keys import new_keypair
+
+    private, public = new_keypair()
+    ns = uuid.uuid4().hex
+    with dask.config.set({"result-cache.signing-key": private}):
+        writer = CachedClient(client, cache=cache_server.url, namespace=ns, policy="all")
+        assert writer.submit(double, 21).result() == 42
+    with dask.config.set({"result-cache.signing-key": None,
+                          "result-cache.trusted-keys": public}):
+        reader = CachedClient(client, cache=cache_server.url, namespace=ns, policy="all")
+        before = stats(cache_server)
+        assert reader.submit(double, 21).result() == 42
+        assert reader.submit(double, 5).result() == 10
+        after = stats(cache_server)
+    assert after["stores"] == before["stores"]  # nothing stored by the reader
+    assert after["hits"] == before["hits"] + 1 and after["untrusted"] == before["untrusted"]
+    assert reader.report.loaded == 1 and reader.report.computed == 1
