@@ -117,6 +117,28 @@ def test_a_writer_signs_and_only_readers_trusting_its_key_load(cache_server):
 
 
 @pytest.mark.slow
+def test_open_cached_checks_chunks_against_a_trusted_signature(cache_server):
+    """A Zarr array reopened lazily: its signature is checked at open, each chunk it reads
+    against the BLAKE3 list whose root the writer signed."""
+    import dask.array as da
+
+    from client_lib import CacheEntryUntrusted, open_cached
+
+    private, public = new_keypair()
+    ns = uuid.uuid4().hex
+    array = da.arange(400_000, chunks=100_000) * 3.0  # ~3 MiB: one Zarr array
+    with keys(private):
+        (expected,) = cached_compute(array, cache=cache_server.url, namespace=ns,
+                                     policy="all", scheduler="threads")
+    with keys(None, public):
+        lazy = open_cached(array, cache=cache_server.url, namespace=ns)
+        np.testing.assert_array_equal(lazy[1000:1010].compute(), expected[1000:1010])
+        np.testing.assert_array_equal(lazy.compute(), expected)
+    with keys(None, new_keypair()[1]), pytest.raises(CacheEntryUntrusted):
+        open_cached(array, cache=cache_server.url, namespace=ns)
+
+
+@pytest.mark.slow
 def test_forged_entries_are_refused_by_a_trusting_reader(cache_server, tmp_path):
     """Three forgers who can write to the cache: one with an HMAC team secret (a valid v2
     signature), one who re-signs his payload with an Ed25519 key of his own, one who
