@@ -66,7 +66,8 @@ def task_hashes(*args: Any, namespace: str | None = None, traverse: bool = True,
                 optimize_graph: bool = True) -> dict[Key, str | None]:
     """The task hash of every task ``cached_compute(*args)`` would consider, by Dask key
     (``None`` for volatile tasks), keyed by this process's ``result-cache.signing-key``
-    when it has one. Talks to no server; for debugging misses."""
+    when it is an HMAC secret (with Ed25519 keys: the public hashes every reader computes).
+    Talks to no server; for debugging misses."""
     collections, _ = unpack_collections(*args, traverse=traverse)
     if not collections:
         return {}
