@@ -48,8 +48,7 @@ def wait_for_line(process: subprocess.Popen, prefix: str) -> str:
 
 
 def descendants(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if p.status() != psutil.STATUS_ZOMBIE]
+    return alive(psutil.Process(pid).children(recursive=True))
 
 
 def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
