@@ -38,10 +38,13 @@ def pk_scaled(n: int) -> np.ndarray:
 
 @contextmanager
 def keys(signing: str | None = None, *trusted: str, **more: object) -> Iterator[None]:
-    with dask.config.set({"result-cache.signing-key": signing,
-                          "result-cache.trusted-keys": ",".join(trusted) or None,
-                          **{f"result-cache.{k.replace('_', '-')}": v
-                             for k, v in more.items()}}):
+    with dask.config.set(
+        {
+            "result-cache.signing-key": signing,
+            "result-cache.trusted-keys": ",".join(trusted) or None,
+            **{f"result-cache.{k.replace('_', '-')}": v for k, v in more.items()},
+        }
+    ):
         yield
 
 
@@ -53,8 +56,7 @@ def replace(server: RunningServer, task_hash: str, body: Encoded, signature: str
     """What a forger with a write token does: DELETE + PUT, valid digest, his signature."""
     with httpx.Client(base_url=server.url) as client:
         assert client.delete(f"/v1/entries/{task_hash}").status_code == 204
-        assert put(client, task_hash, body,
-                   overrides={"signature": signature}).status_code == 201
+        assert put(client, task_hash, body, overrides={"signature": signature}).status_code == 201
 
 
 def hash_of(value: object, ns: str) -> str:
@@ -70,8 +72,12 @@ def test_a_writer_signs_and_only_readers_trusting_its_key_load(cache_server):
     expected = (pk_summary(7), pk_scaled(999))
 
     with keys(private):
-        assert cached_compute(*values, cache=cache_server.url, namespace=ns, policy="all",
-                              scheduler="threads")[0] == expected[0]
+        assert (
+            cached_compute(
+                *values, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads"
+            )[0]
+            == expected[0]
+        )
         assert last_report().stored == 2 and "stores nothing" not in str(last_report())
         hashes = [hash_of(v, ns) for v in values]
         # the writer trusts its own key
@@ -90,8 +96,7 @@ def test_a_writer_signs_and_only_readers_trusting_its_key_load(cache_server):
 
     for direct in ("auto", "never"):  # read in place, and over HTTP
         with keys(None, new_keypair()[1], public, direct_read=direct):
-            got = cached_compute(*values, cache=cache_server.url, namespace=ns,
-                                 scheduler="threads")
+            got = cached_compute(*values, cache=cache_server.url, namespace=ns, scheduler="threads")
         assert got[0] == expected[0]
         np.testing.assert_array_equal(got[1], expected[1])
         report = last_report()
@@ -107,8 +112,9 @@ def test_a_writer_signs_and_only_readers_trusting_its_key_load(cache_server):
     # A process with only trusted keys never stores: it could not sign.
     fresh = dask.delayed(pk_summary, pure=True)(8)
     with keys(None, public):
-        assert cached_compute(fresh, cache=cache_server.url, namespace=ns, policy="all",
-                              scheduler="threads") == (pk_summary(8),)
+        assert cached_compute(
+            fresh, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads"
+        ) == (pk_summary(8),)
         report = last_report()
         fresh_hash = hash_of(fresh, ns)
     assert report.computed >= 1 and report.stored == 0 and report.leased == 0
@@ -128,8 +134,9 @@ def test_open_cached_checks_chunks_against_a_trusted_signature(cache_server):
     ns = uuid.uuid4().hex
     array = da.arange(400_000, chunks=100_000) * 3.0  # ~3 MiB: one Zarr array
     with keys(private):
-        (expected,) = cached_compute(array, cache=cache_server.url, namespace=ns,
-                                     policy="all", scheduler="threads")
+        (expected,) = cached_compute(
+            array, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads"
+        )
     with keys(None, public):
         lazy = open_cached(array, cache=cache_server.url, namespace=ns)
         np.testing.assert_array_equal(lazy[1000:1010].compute(), expected[1000:1010])
@@ -147,8 +154,9 @@ def test_forged_entries_are_refused_by_a_trusting_reader(cache_server, tmp_path)
     ns = uuid.uuid4().hex
     values = [dask.delayed(pk_summary, pure=True)(n) for n in (1, 2, 3)]
     with keys(private):
-        cached_compute(*values, cache=cache_server.url, namespace=ns, policy="all",
-                       scheduler="threads")
+        cached_compute(
+            *values, cache=cache_server.url, namespace=ns, policy="all", scheduler="threads"
+        )
         hmac_hash, resigned_hash, replayed_hash = (hash_of(v, ns) for v in values)
     marker = tmp_path / "ran"
 
@@ -156,24 +164,35 @@ def test_forged_entries_are_refused_by_a_trusting_reader(cache_server, tmp_path)
         return Encoded("pickle", pickle.dumps(Payload(marker, {"n": -n})))
 
     def signed_by(signer: SigningKey | Ed25519Keys, task_hash: str, body: Encoded) -> str:
-        return signer.sign(task_hash, body.kind, "", "", body.digest,
-                           body_root("pickle", "", "", body.body))
+        return signer.sign(
+            task_hash, body.kind, "", "", body.digest, body_root("pickle", "", "", body.body)
+        )
 
-    replace(cache_server, hmac_hash, poison(1),
-            signed_by(SigningKey(secrets.token_hex(32)), hmac_hash, poison(1)))
-    replace(cache_server, resigned_hash, poison(2),
-            signed_by(Ed25519Keys(new_keypair()[0]), resigned_hash, poison(2)))
+    replace(
+        cache_server,
+        hmac_hash,
+        poison(1),
+        signed_by(SigningKey(secrets.token_hex(32)), hmac_hash, poison(1)),
+    )
+    replace(
+        cache_server,
+        resigned_hash,
+        poison(2),
+        signed_by(Ed25519Keys(new_keypair()[0]), resigned_hash, poison(2)),
+    )
     genuine = httpx.get(f"{cache_server.url}/v1/objects/{replayed_hash}")
-    forged = forge(b"pickle\n\n\n", genuine.content,
-                   pickle.dumps(Payload(marker, {"n": -3})))
+    forged = forge(b"pickle\n\n\n", genuine.content, pickle.dumps(Payload(marker, {"n": -3})))
     assert Encoded("pickle", forged).digest == genuine.headers["x-result-digest"]
-    replace(cache_server, replayed_hash, Encoded("pickle", forged),
-            genuine.headers["x-result-signature"])
+    replace(
+        cache_server,
+        replayed_hash,
+        Encoded("pickle", forged),
+        genuine.headers["x-result-signature"],
+    )
 
     for who in (keys(None, public), keys(private)):  # a reader, and the writer itself
         with who:
-            got = cached_compute(*values, cache=cache_server.url, namespace=ns,
-                                 scheduler="threads")
+            got = cached_compute(*values, cache=cache_server.url, namespace=ns, scheduler="threads")
         assert got == tuple(pk_summary(n) for n in (1, 2, 3))
         assert not marker.exists()  # no forger's pickle ran
         assert last_report().untrusted == 3 and last_report().loaded == 0
@@ -190,22 +209,24 @@ def test_workers_sign_and_check_with_the_keys_they_were_sent(cache_server):
     ns = uuid.uuid4().hex
     value = dask.delayed(pk_scaled, pure=True)(3 * 2**17)  # 3 MiB: stored by the worker
     with keys(None):
-        cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                               dashboard_address=":0")
+        cluster = LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        )
     with cluster, Client(cluster) as client:
         with keys(private):
-            cached_compute(value, cache=cache_server.url, namespace=ns, policy="all",
-                           scheduler=client)
+            cached_compute(
+                value, cache=cache_server.url, namespace=ns, policy="all", scheduler=client
+            )
             task_hash = hash_of(value, ns)
         assert entry(cache_server, task_hash).json()["signature"].startswith("e1.")
         with keys(None, public):
-            (got,) = cached_compute(value, cache=cache_server.url, namespace=ns,
-                                    scheduler=client)
+            (got,) = cached_compute(value, cache=cache_server.url, namespace=ns, scheduler=client)
             np.testing.assert_array_equal(got, pk_scaled(3 * 2**17))
             assert last_report().loaded == 1 and last_report().untrusted == 0
             other = dask.delayed(pk_scaled, pure=True)(5)
-            cached_compute(other, cache=cache_server.url, namespace=ns, policy="all",
-                           scheduler=client)
+            cached_compute(
+                other, cache=cache_server.url, namespace=ns, policy="all", scheduler=client
+            )
             assert entry(cache_server, hash_of(other, ns)).status_code == 404
         with keys(None, new_keypair()[1]):
             cached_compute(value, cache=cache_server.url, namespace=ns, scheduler=client)
@@ -213,8 +234,13 @@ def test_workers_sign_and_check_with_the_keys_they_were_sent(cache_server):
 
 
 def test_keygen_prints_an_ed25519_pair_that_works() -> None:
-    printed = subprocess.run([sys.executable, "-m", "cache_server", "keygen", "--ed25519"],
-                             check=True, capture_output=True, text=True, timeout=60).stdout
+    printed = subprocess.run(
+        [sys.executable, "-m", "cache_server", "keygen", "--ed25519"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
     lines = printed.splitlines()
     assert [line.split(": ")[0] for line in lines] == ["signing-key", "trusted-key"]
     private, public = (line.split(": ", 1)[1] for line in lines)

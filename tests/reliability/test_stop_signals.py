@@ -30,12 +30,21 @@ def ignore_sigint() -> None:
 
 
 def start(command: list[str], tmp_path: Path, *, sigint_ignored: bool) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DASK_RESULT_CACHE", "RESULT_CACHE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DASK_RESULT_CACHE", "RESULT_CACHE_"))
+    }
     env["TMPDIR"] = str(tmp_path)  # the demo's data directory
-    return subprocess.Popen([sys.executable, "-m", "cache_server", *command], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, preexec_fn=ignore_sigint if sigint_ignored else None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cache_server", *command],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=ignore_sigint if sigint_ignored else None,
+    )
 
 
 def wait_for_line(process: subprocess.Popen, prefix: str) -> str:
@@ -63,16 +72,34 @@ def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
 
 
 CASES = [
-    pytest.param(["demo", "--sleep", "0", "--keep"], "the server keeps running: open ",
-                 signal.SIGTERM, False, id="demo-SIGTERM"),
-    pytest.param(["demo", "--sleep", "0", "--keep"], "the server keeps running: open ",
-                 signal.SIGINT, True, id="demo-SIGINT-ignored-at-start"),
-    pytest.param(["serve", "--port", "0", "--data-dir", "{tmp}/data", "--log-level", "info"],
-                 "INFO:     Uvicorn running on ", signal.SIGTERM, True,
-                 id="serve-SIGTERM-SIGINT-ignored"),
-    pytest.param(["serve", "--port", "0", "--data-dir", "{tmp}/data", "--log-level", "info"],
-                 "INFO:     Uvicorn running on ", signal.SIGINT, True,
-                 id="serve-SIGINT-ignored-at-start"),
+    pytest.param(
+        ["demo", "--sleep", "0", "--keep"],
+        "the server keeps running: open ",
+        signal.SIGTERM,
+        False,
+        id="demo-SIGTERM",
+    ),
+    pytest.param(
+        ["demo", "--sleep", "0", "--keep"],
+        "the server keeps running: open ",
+        signal.SIGINT,
+        True,
+        id="demo-SIGINT-ignored-at-start",
+    ),
+    pytest.param(
+        ["serve", "--port", "0", "--data-dir", "{tmp}/data", "--log-level", "info"],
+        "INFO:     Uvicorn running on ",
+        signal.SIGTERM,
+        True,
+        id="serve-SIGTERM-SIGINT-ignored",
+    ),
+    pytest.param(
+        ["serve", "--port", "0", "--data-dir", "{tmp}/data", "--log-level", "info"],
+        "INFO:     Uvicorn running on ",
+        signal.SIGINT,
+        True,
+        id="serve-SIGINT-ignored-at-start",
+    ),
 ]
 
 

@@ -44,8 +44,9 @@ def _signed(signer: SigningKey | Ed25519Keys, task_hash: str, body: bytes) -> st
     return signer.sign(task_hash, "pickle", "", "", enc.digest, body_root("pickle", "", "", body))
 
 
-def _forgery(i: int, task_hash: str, payload: bytes, genuine: httpx.Response,
-             reader: dict[str, Any]) -> tuple[bytes, str]:
+def _forgery(
+    i: int, task_hash: str, payload: bytes, genuine: httpx.Response, reader: dict[str, Any]
+) -> tuple[bytes, str]:
     """The ``i``-th forgery (body, signature) a reader holding ``reader``'s keys makes."""
     if reader["signing-key"] is not None:  # HMAC: the reader holds the team secret
         return payload, _signed(SigningKey(reader["signing-key"]), task_hash, payload)
@@ -62,34 +63,45 @@ def _forgery(i: int, task_hash: str, payload: bytes, genuine: httpx.Response,
     return payload, f"{version}.{kid}.{body}.{secrets.token_hex(64)}"
 
 
-def _round(workdir: Path, entries: int, writer: dict[str, Any],
-           reader: dict[str, Any]) -> dict[str, Any]:
+def _round(
+    workdir: Path, entries: int, writer: dict[str, Any], reader: dict[str, Any]
+) -> dict[str, Any]:
     markers = workdir / uuid.uuid4().hex
     markers.mkdir()
     ns = uuid.uuid4().hex
     values = [dask.delayed(square, pure=True)(n) for n in range(entries)]
     with start_server(workdir / uuid.uuid4().hex) as server:
         with dask.config.set({f"result-cache.{k}": v for k, v in writer.items()}):
-            cached_compute(*values, cache=server.url, namespace=ns, policy="all",
-                           scheduler="threads")
+            cached_compute(
+                *values, cache=server.url, namespace=ns, policy="all", scheduler="threads"
+            )
         with httpx.Client(base_url=server.url, timeout=60) as client:
             for i, task_hash in enumerate(entry_hashes(client)):
                 payload = pickle.dumps(Payload(markers / f"ran-{i}", {"n": -1}))
                 genuine = client.get(f"/v1/objects/{task_hash}")
                 body, signature = _forgery(i, task_hash, payload, genuine, reader)
                 assert client.delete(f"/v1/entries/{task_hash}").status_code == 204
-                assert put(client, task_hash, Encoded("pickle", body),
-                           overrides={"signature": signature}).status_code == 201
+                assert (
+                    put(
+                        client,
+                        task_hash,
+                        Encoded("pickle", body),
+                        overrides={"signature": signature},
+                    ).status_code
+                    == 201
+                )
             with dask.config.set({f"result-cache.{k}": v for k, v in writer.items()}):
-                again = cached_compute(*values, cache=server.url, namespace=ns,
-                                       scheduler="threads")
+                again = cached_compute(*values, cache=server.url, namespace=ns, scheduler="threads")
                 report = last_report()
             before = len(entry_hashes(client))
             with dask.config.set({f"result-cache.{k}": v for k, v in reader.items()}):
-                cached_compute(*[dask.delayed(square, pure=True)(-n - 1)
-                                 for n in range(entries)],
-                               cache=server.url, namespace=ns, policy="all",
-                               scheduler="threads")
+                cached_compute(
+                    *[dask.delayed(square, pure=True)(-n - 1) for n in range(entries)],
+                    cache=server.url,
+                    namespace=ns,
+                    policy="all",
+                    scheduler="threads",
+                )
                 reader_report = last_report()
             reader_stored = len(entry_hashes(client)) - before
     return {
@@ -109,9 +121,12 @@ def run(workdir: Path, *, entries: int) -> dict[str, Any]:
     hmac_team = {"signing-key": secret, "trusted-keys": None}
     return {
         "hmac_reader": _round(workdir, entries, hmac_team, hmac_team),
-        "ed25519_reader": _round(workdir, entries,
-                                 {"signing-key": private, "trusted-keys": None},
-                                 {"signing-key": None, "trusted-keys": public}),
+        "ed25519_reader": _round(
+            workdir,
+            entries,
+            {"signing-key": private, "trusted-keys": None},
+            {"signing-key": None, "trusted-keys": public},
+        ),
     }
 
 
