@@ -10,6 +10,8 @@ from pydantic import AfterValidator, BaseModel, Field
 from client_lib.wire.bounds import (
     MAX_COMPUTE_SECONDS,
     MAX_LEASE_SECONDS,
+    MAX_RECIPE_BATCH,
+    MAX_RECIPE_BYTES,
     MAX_RUN_TASKS,
     MIN_LEASE_SECONDS,
 )
@@ -31,6 +33,11 @@ __all__ = [
     "LookupResponse",
     "Manifest",
     "ObjectLocation",
+    "PreviousRecipes",
+    "PreviousRequest",
+    "Recipe",
+    "RecipeBatch",
+    "RecordedRecipe",
     "StagingPlace",
     "StagingRequest",
     "Stats",
@@ -280,3 +287,61 @@ class RunSummary(BaseModel):
 
 class RunList(BaseModel):
     runs: list[RunSummary] = Field(description="most recent first, without task lists")
+
+
+# -- recipes (docs/design/hashing.md, "Recipes and why") ------------------------------------
+
+_Hash = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+_Part = Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")]
+_Name = Annotated[str, Field(max_length=256)]
+
+
+def _bounded_recipe(recipe: Recipe) -> Recipe:
+    if len(recipe.model_dump_json()) > MAX_RECIPE_BYTES:
+        raise ValueError(f"a recipe is at most {MAX_RECIPE_BYTES} bytes of JSON")
+    return recipe
+
+
+class Recipe(BaseModel):
+    """What one task hash was made of, by digests (8 bytes as hex) and names only."""
+
+    model_config = {"extra": "forbid"}
+
+    f: list[tuple[_Name, _Part]] = Field(
+        default_factory=list, max_length=32,
+        description="the function's fingerprint, its body, helpers and globals, by name")
+    a: list[tuple[_Name, _Part]] = Field(
+        default_factory=list, max_length=32, description="arguments by position or keyword")
+    i: list[tuple[_Name, Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=list, max_length=32, description="input files: path, size, mtime (ns)")
+    d: list[_Part] = Field(default_factory=list, max_length=256,
+                           description="dependencies' task hashes (their first 16 hex)")
+    v: list[_Name] = Field(default_factory=list, max_length=8, description="version salts")
+    data: _Part | None = Field(default=None, description="a data node: its value's digest")
+
+
+class RecordedRecipe(BaseModel):
+    slot: _Hash
+    hash: _Hash
+    label: _Name = ""
+    recipe: Annotated[Recipe, AfterValidator(_bounded_recipe)]
+
+
+class RecipeBatch(BaseModel):
+    recipes: list[RecordedRecipe] = Field(max_length=MAX_RECIPE_BATCH)
+
+
+class PreviousRequest(BaseModel):
+    slots: list[_Hash] = Field(max_length=MAX_RECIPE_BATCH)
+    labels: list[_Name] = Field(
+        default_factory=list, max_length=256,
+        description="labels to check for entries stored without a recipe")
+
+
+class PreviousRecipes(BaseModel):
+    previous: dict[str, dict[str, Any]] = Field(
+        description="by slot: the latest hash stored there (hash), its recipe as stored "
+        "(recipe, JSON text), when it was recorded (recorded), when it expires "
+        "(expires, null: never) and whether the entry is still held (held)")
+    unrecorded: list[str] = Field(
+        description="of the labels asked about, those with entries stored without a recipe")

@@ -69,6 +69,7 @@ _PUBLIC = {
     "register": ".hashing",
     "task_hashes": ".compute",
     "visualize": ".planning",
+    "why": ".explaining",
 }
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "register",
     "task_hashes",
     "visualize",
+    "why",
 ]
 
 

@@ -45,6 +45,7 @@ from cache_server.api.routers import (
     leases,
     lookup,
     objects,
+    recipes,
     runs,
     staging,
     stats,
@@ -134,7 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.tokens = tokens
     guarded = errors(*COMMON_ERRORS)
-    for module in (lookup, leases, staging, objects, entries, stats, runs):
+    for module in (lookup, leases, staging, objects, entries, stats, runs, recipes):
         app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
     app.include_router(health.router, responses=errors(503))
     app.include_router(dashboard.router)  # pages check access per route (login is open)

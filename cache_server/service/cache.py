@@ -27,9 +27,19 @@ from redis.exceptions import RedisError
 from cache_server.index.leases import LeaseStore
 from cache_server.index.locks import LockBusy, RedisLock, ReplicaRegistry
 from cache_server.index.redis_index import RedisIndex
+from cache_server.index.recipes import RecipeStore
 from cache_server.index.runs import RunStore
 from cache_server.metrics import Metrics
-from cache_server.models import MAX_COMPUTE_SECONDS, Event, Manifest, RunSummary, Stats
+from cache_server.models import (
+    MAX_COMPUTE_SECONDS,
+    Event,
+    Manifest,
+    PreviousRecipes,
+    PreviousRequest,
+    RecipeBatch,
+    RunSummary,
+    Stats,
+)
 from cache_server.service.budget import MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import EntryNotFound, IndexUnavailable, RunNotFound
@@ -85,6 +95,7 @@ class ResultCache:
         #: Eviction and gc run on one replica at a time.
         self.maintenance = RedisLock(index.redis, f"{index.prefix}maintenance")
         self.runs = RunStore(index.topology)
+        self.recipes = RecipeStore(index.topology)
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
         self.memory = MemoryBudget(max_body_memory)
@@ -277,6 +288,35 @@ class ResultCache:
 
     async def recent_runs(self, limit: int) -> list[RunSummary]:
         return await self.runs.recent(limit)
+
+    # -- recipes (docs/design/hashing.md, "Recipes and why") ---------------------------------
+
+    async def record_recipes(self, batch: RecipeBatch) -> int:
+        """Record the recipes of entries the index holds (others are dropped: a recipe
+        describes a stored entry); each with its entry's expiry. Returns how many."""
+        hashes = [r.hash for r in batch.recipes]
+        manifests = await self.index.manifests(hashes) if hashes else []
+        records = [(r.slot, r.hash, r.recipe.model_dump_json(exclude_defaults=True),
+                    m.expires)
+                   for r, m in zip(batch.recipes, manifests, strict=True) if m is not None]
+        await self.recipes.put(records)
+        return len(records)
+
+    async def previous_recipes(self, request: PreviousRequest) -> PreviousRecipes:
+        """The latest record of each slot, whether its entry is still held, and which
+        ``labels`` have entries (among the first few by hash) stored without a recipe."""
+        previous = await self.recipes.previous(request.slots)
+        named = sorted({r["hash"] for r in previous.values() if r["hash"]})
+        held = set(await self.index.lookup(named)) if named else set()
+        for record in previous.values():
+            record["held"] = record["hash"] in held
+        unrecorded = []
+        for label in request.labels[:64]:
+            entries, _ = await self.index.page(label=label, limit=20, cursor=None)
+            hashes = [m.hash for m in entries]
+            if hashes and len(await self.recipes.recorded_among(hashes)) < len(hashes):
+                unrecorded.append(label)
+        return PreviousRecipes(previous=previous, unrecorded=unrecorded)
 
     async def remove_leftovers(self) -> int:
         """Remove what interrupted writes left in storage; returns how many paths. With

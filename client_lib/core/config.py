@@ -46,6 +46,7 @@ DEFAULTS = {
         "direct-write": "auto",
         "lease-limit": 10_000,  # a run computing more tasks takes no leases; 0: never
         "report-runs": True,  # send each run's summary to the server (its dashboard)
+        "recipes": True,  # record what each stored hash was made of (client_lib.why)
         # Route dask.compute, .compute(), dask.persist and a distributed Client's compute,
         # persist and get through the cache when client_lib is imported (client_lib.enable)
         "enabled": False,

@@ -286,6 +286,10 @@ class Fingerprinter:
         except VolatileValue as exc:
             raise VolatileValue(f"{_name(func)}: {exc.reason}") from None
 
+    def code_digest(self, code: types.CodeType) -> bytes:
+        """The digest of a code object alone (no globals, defaults or closure)."""
+        return self._code_digest(code)
+
     def _code_digest(self, code: types.CodeType) -> bytes:
         hit = self._code_cache.get(id(code))
         if hit is not None:

@@ -43,7 +43,7 @@ from .known import remember
 from .materialize import Materialized, materialize, paused_gc, unfuse
 from .report import CacheReport, set_last_report
 from .rewrite import Rewritten, rewrite
-from .runs import RunReporter, reporting
+from .runs import RunReporter, post_recipes, recording_recipes, reporting
 from .schedulers import Scheduler
 from .settings import RunSettings
 
@@ -216,6 +216,8 @@ class Run:
         report.computed -= report.waited_loaded
         if self.reporter is not None and lost is None:
             self.reporter.finish(report, stored)
+        if lost is None and recording_recipes() and self.settings.cache is not None:
+            post_recipes(self.settings.cache, hashed, self.settings.namespace, self.hits)
         self._lap("report")
         logger.info("%s", report)
         if self.explain:

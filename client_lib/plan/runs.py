@@ -21,6 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Mapping, Set
+from dataclasses import dataclass
 from typing import Any
 
 from dask._task_spec import GraphNode, Task
@@ -30,6 +31,7 @@ from ..core.config import setting
 from ..core.errors import ResultCacheError
 from ..core.notices import warn_once
 from ..hashing import GraphHashes
+from ..hashing.recipes import recipe_records
 from ..transport.interface import Transport
 from ..wire.bounds import MAX_RUN_TASKS
 from .report import CacheReport
@@ -131,7 +133,7 @@ def task_list(states: dict[Key, tuple[str, str | None]], graph: Mapping[Key, Gra
 
 
 def post_run(cache: Transport,
-             body: dict[str, Any] | Callable[[], dict[str, Any]]) -> None:
+             body: dict[str, Any] | Callable[[], dict[str, Any]] | Recipes) -> None:
     """Send a run summary (or what ``body()`` makes of it, on the way) from this process's
     poster thread, in order: the run never waits on the server for it; what is still
     queued when Python exits gets up to ``_EXIT_SECONDS`` to go. Never raises (a summary
@@ -143,6 +145,35 @@ def post_run(cache: Transport,
                                        name="result-cache-runs")
             _poster.start()
     _queue.put((cache, body))
+
+
+@dataclass
+class Recipes:
+    """Recipes of a run's stored entries, on their way (``POST /v1/recipes``)."""
+
+    records: list[dict[str, Any]]
+
+
+def recording_recipes() -> bool:
+    """Whether runs record recipes (config ``result-cache.recipes``)."""
+    return bool(setting("recipes"))
+
+
+def post_recipes(cache: Transport, hashed: Any, namespace: str, hits: set[str]) -> None:
+    """Make the recipes of the run's computed tasks now (the code and files as they are
+    now) and send them from the poster thread; the server keeps those of the entries it
+    holds. Never raises: a recipe is an explanation, not a result."""
+    computed = {h for h in hashed.cacheable().values() if h not in hits}
+    if not computed:
+        return
+    try:
+        made = recipe_records(hashed.m.graph, hashed.order, hashed.m.keys, hashed.hashes,
+                              namespace, hashed.m, only=computed)
+    except Exception as exc:  # never the run's failure
+        logger.info("result cache: recipes not made (%s: %s)", type(exc).__name__, exc)
+        return
+    if made:
+        post_run(cache, Recipes(list(made.values())))
 
 
 def flush_posts(timeout: float = _EXIT_SECONDS) -> bool:
@@ -157,7 +188,10 @@ def _post_queued() -> None:
     while True:
         cache, body = _queue.get()
         try:
-            cache.post_run(body() if callable(body) else body)
+            if isinstance(body, Recipes):
+                cache.record_recipes(body.records)
+            else:
+                cache.post_run(body() if callable(body) else body)
         except Exception as exc:  # the poster must outlive anything a body could cause
             # Lost, never silently: one warning per server (then INFO records).
             problem = str(exc) if isinstance(exc, ResultCacheError) else (

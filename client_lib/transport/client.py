@@ -27,7 +27,7 @@ from ..core.errors import (
     CacheProtocolError,
 )
 from ..wire import batch, codec, headers
-from ..wire.bounds import LEASE_BATCH, LOOKUP_BATCH, MAX_COMPUTE_SECONDS
+from ..wire.bounds import LEASE_BATCH, LOOKUP_BATCH, MAX_COMPUTE_SECONDS, MAX_RECIPE_BATCH
 from . import signatures, staging
 from .downloads import Downloads
 from .endpoints import normalize_urls
@@ -147,6 +147,27 @@ class CacheClient(Loads, Transport):
     def post_run(self, summary: dict[str, Any]) -> None:
         """Record a run summary (docs/protocol.md, "Runs")."""
         expect(self.pool.request("POST", "/v1/runs", json=summary), 200)
+
+    def record_recipes(self, recipes: list[dict[str, Any]]) -> None:
+        """``POST /v1/recipes``, ``MAX_RECIPE_BATCH`` at a time."""
+        for start in range(0, len(recipes), MAX_RECIPE_BATCH):
+            expect(self.pool.request("POST", "/v1/recipes", json={
+                "recipes": recipes[start:start + MAX_RECIPE_BATCH]}), 200)
+
+    def previous_recipes(self, slots: list[str], labels: list[str]
+                         ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+        """``POST /v1/recipes/previous``, ``MAX_RECIPE_BATCH`` slots at a time."""
+        previous: dict[str, dict[str, Any]] = {}
+        unrecorded: set[str] = set()
+        for start in range(0, max(len(slots), 1), MAX_RECIPE_BATCH):
+            response = self.pool.request("POST", "/v1/recipes/previous", json={
+                "slots": slots[start:start + MAX_RECIPE_BATCH],
+                "labels": labels if start == 0 else []})
+            expect(response, 200)
+            body = response.json()
+            previous.update(body["previous"])
+            unrecorded.update(body["unrecorded"])
+        return previous, unrecorded
 
     def stats(self) -> dict[str, Any]:
         response = self.pool.request("GET", "/v1/stats")

@@ -47,6 +47,16 @@ class Transport(ABC):
     def post_run(self, summary: dict[str, Any]) -> None:
         """Record a run summary (docs/protocol.md, "Runs")."""
 
+    def record_recipes(self, recipes: list[dict[str, Any]]) -> None:
+        """Record the recipes of stored entries (docs/design/hashing.md, "Recipes and
+        why"); a cache that keeps none ignores them."""
+
+    def previous_recipes(self, slots: list[str], labels: list[str]
+                         ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+        """The latest recorded recipe of each slot, and which of ``labels`` have entries
+        stored without one. A cache that keeps none: nothing recorded."""
+        return {}, set()
+
     # -- leases -------------------------------------------------------------------------
 
     @abstractmethod

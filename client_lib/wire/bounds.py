@@ -5,7 +5,8 @@ from __future__ import annotations
 
 __all__ = ["LEASE_BATCH", "LOOKUP_BATCH", "MAX_BATCH_BYTES", "MAX_BATCH_HEADER_BYTES",
            "MAX_BATCH_ITEMS", "MAX_BATCH_OBJECT_BYTES", "MAX_COMPUTE_SECONDS",
-           "MAX_LEASE_SECONDS", "MAX_RUN_TASKS", "MAX_TTL_SECONDS", "MIN_LEASE_SECONDS"]
+           "MAX_LEASE_SECONDS", "MAX_RECIPE_BATCH", "MAX_RECIPE_BYTES",
+           "MAX_RUN_TASKS", "MAX_TTL_SECONDS", "MIN_LEASE_SECONDS"]
 
 #: The largest ``X-Result-Compute-Seconds`` (about 116 days): a finite bound, so that sums
 #: of recorded seconds (seconds saved) stay finite.
@@ -26,3 +27,7 @@ MAX_BATCH_OBJECT_BYTES = 2**20 - 1
 MAX_BATCH_HEADER_BYTES = 16 * 2**10
 #: A run summary's task list; larger runs send counts by label.
 MAX_RUN_TASKS = 5000
+#: Recipes (docs/design/hashing.md, Recipes and why): per ``POST /v1/recipes`` or
+#: ``POST /v1/recipes/previous``, and the JSON bytes of one recipe.
+MAX_RECIPE_BATCH = 5000
+MAX_RECIPE_BYTES = 8192
