@@ -198,7 +198,7 @@ class _Explainer:
             expires = record.get("expires")
             kind = "expired" if expires is not None and expires <= self.now else "evicted"
             return self._record(key, label, [Change(kind, label)], kind)
-        return self._record(key, label, _differences(current["recipe"], stored),
+        return self._record(key, label, _differences(current["recipe"], stored, label),
                             deps=self._changed_dependencies(key, stored))
 
     def _changed_dependencies(self, key: Key, stored: dict[str, Any]) -> list[Key]:
@@ -259,8 +259,9 @@ def _sentence(change: Change) -> str:
     return "changed in a way the recipe does not show"
 
 
-def _differences(now: dict[str, Any], before: dict[str, Any]) -> list[Change]:
-    """What differs between two recipes, each part by name."""
+def _differences(now: dict[str, Any], before: dict[str, Any], label: str) -> list[Change]:
+    """What differs between two recipes, each part by name (the function by the task's
+    label, as ``explain`` prints it)."""
     changes: list[Change] = []
     f_now, f_before = now.get("f") or [], before.get("f") or []
     if f_now and (not f_before or f_now[0][1] != f_before[0][1]):
@@ -270,7 +271,7 @@ def _differences(now: dict[str, Any], before: dict[str, Any]) -> list[Change]:
         parts = [n for n, d in f_now[1:] if n != body and old.get(n) != d]
         parts += [n for n in old if n not in dict(f_now) and n != body and n != name]
         body_changed = dict(f_now).get(body) != old.get(body)
-        changes.append(Change("code", name, ", ".join(parts[:6]) if parts and (
+        changes.append(Change("code", label, ", ".join(parts[:6]) if parts and (
             not body_changed) else ""))
     a_now, a_before = dict(map(tuple, now.get("a") or [])), dict(
         map(tuple, before.get("a") or []))
