@@ -149,9 +149,14 @@ def post_run(cache: Transport,
 
 @dataclass
 class Recipes:
-    """Recipes of a run's stored entries, on their way (``POST /v1/recipes``)."""
+    """Recipes of a run's computed tasks, made and sent by the poster thread
+    (``POST /v1/recipes``): ``make`` returns them."""
 
-    records: list[dict[str, Any]]
+    make: Callable[[], list[dict[str, Any]]]
+
+
+#: CPU seconds the poster thread spent making recipes, in all (bench/recipe_cost.py).
+RECIPE_SECONDS = [0.0]
 
 
 def recording_recipes() -> bool:
@@ -160,20 +165,26 @@ def recording_recipes() -> bool:
 
 
 def post_recipes(cache: Transport, hashed: Any, namespace: str, hits: set[str]) -> None:
-    """Make the recipes of the run's computed tasks now (the code and files as they are
-    now) and send them from the poster thread; the server keeps those of the entries it
-    holds. Never raises: a recipe is an explanation, not a result."""
+    """Send the recipes of the run's computed tasks (the server keeps those of the
+    entries it holds). They are made by the poster thread once the run has returned, off
+    its path: the code, globals and files as they are then, normally a fraction of a
+    second after the hashes (a program that changes a global or an input file in that
+    window gets a recipe that explains its next miss wrongly, never a wrong result).
+    Never raises: a recipe is an explanation, not a result."""
     computed = {h for h in hashed.cacheable().values() if h not in hits}
     if not computed:
         return
-    try:
-        made = recipe_records(hashed.m.graph, hashed.order, hashed.m.keys, hashed.hashes,
-                              namespace, hashed.m, only=computed)
-    except Exception as exc:  # never the run's failure
-        logger.info("result cache: recipes not made (%s: %s)", type(exc).__name__, exc)
-        return
-    if made:
-        post_run(cache, Recipes(list(made.values())))
+
+    def make() -> list[dict[str, Any]]:
+        start = time.thread_time()
+        try:
+            return list(recipe_records(hashed.m.graph, hashed.order, hashed.m.keys,
+                                       hashed.hashes, namespace, hashed.m,
+                                       only=computed).values())
+        finally:
+            RECIPE_SECONDS[0] += time.thread_time() - start
+
+    post_run(cache, Recipes(make))
 
 
 def flush_posts(timeout: float = _EXIT_SECONDS) -> bool:
@@ -189,17 +200,19 @@ def _post_queued() -> None:
         cache, body = _queue.get()
         try:
             if isinstance(body, Recipes):
-                cache.record_recipes(body.records)
+                cache.record_recipes(body.make())
             else:
                 cache.post_run(body() if callable(body) else body)
         except Exception as exc:  # the poster must outlive anything a body could cause
             # Lost, never silently: one warning per server (then INFO records).
             problem = str(exc) if isinstance(exc, ResultCacheError) else (
                 f"{type(exc).__name__}: {exc}")
-            warn_once(f"result cache: a run summary was not recorded by {cache.url} "
+            what, option = (("recipes", "recipes") if isinstance(body, Recipes)
+                            else ("a run summary", "report-runs"))
+            warn_once(f"result cache: {what} not recorded by {cache.url} "
                       f"({problem}); the runs are not affected (config "
-                      "result-cache.report-runs: false stops sending them)",
-                      key=f"run summaries: {cache.url}")
+                      f"result-cache.{option}: false stops sending them)",
+                      key=f"{what}: {cache.url}")
         finally:
             # Not kept until the next summary: a body holds its run's graph, whose
             # arguments may be distributed Futures the user has dropped.
