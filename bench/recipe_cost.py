@@ -4,8 +4,9 @@ same run with it off, in the same process and interleaved (a new namespace each 
 nothing is cached). The recipes are made and posted by the poster thread once the run
 has returned: the timed region ends when ``cached_compute`` returns, and the posts are
 flushed between runs, outside it; the poster's CPU seconds for the recipes are reported
-against the run too (``recipe_cpu_vs_run``: what they cost the machine, not the run). ``why`` is timed too (on the last namespace: every
-task cached), against ``plan`` of the same graph. Target: recipes on <= 1.02x off.
+against the run too (``recipe_cpu_vs_run``: what they cost the machine, not the run).
+``why`` is timed too (on the last namespace: every task cached), against ``plan`` of the
+same graph. Target: recipes on <= 1.02x off.
 
     python bench/recipe_cost.py [--repeat 5] [--size 10000] [--graphs fanin,array] [--smoke]
 """

@@ -18,6 +18,7 @@ never fails the future. ``compute`` and ``persist`` go through :func:`cached_com
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Iterable
@@ -41,7 +42,7 @@ from .persist import cached_persist
 from .plan.known import external_keys, known_hashes, remember
 from .plan.report import CacheReport
 from .plan.run import look_up
-from .plan.runs import RunReporter, reporting
+from .plan.runs import RunReporter, post_recipes, recording_recipes, reporting
 from .plan.scheduler_hook import plain_dask
 from .plan.settings import read_only, refresh_requested, resolve_cache
 from .policy.expiry import default_ttl, parse_ttl
@@ -237,6 +238,11 @@ class CachedClient:
             specs.append(CallSpec(store, hit, hashes.digests[key]))
         computed = [s.store for s in specs if s is not None and not s.hit]
         take_leases(run, computed, hits)
+        recipes: Callable[[], None] | None = None
+        if computed and recording_recipes():  # sent once the calls are done (and stored)
+            recipes = functools.partial(post_recipes, run.cache, tasks, keys, keys, hashes,
+                                        self.namespace, annotations,
+                                        {s.task_hash for s in computed})
         loaded = sum(s is not None and s.hit for s in specs)
         with self._lock:
             self.report.hits += loaded
@@ -245,7 +251,7 @@ class CachedClient:
             self.report.store_candidates += len(computed)
             self.report.waited += sum(s.lease == "wait" for s in computed)
         if not reporting():
-            return specs, None
+            return specs, (_CallRun(None, None, len(keys), recipes) if recipes else None)
         report = CacheReport(cache_url=run.cache.url, namespace=self.namespace,
                              tasks=len(keys), cacheable=len(hashes.hashes), hits=loaded,
                              loaded=loaded, computed=len(keys) - loaded,
@@ -256,7 +262,7 @@ class CachedClient:
                                 if not (s and s.hit)]
         reporter = RunReporter(run.cache, run.run_id, tasks, keys, hashes, hits, local=False)
         reporter.plan(report, len(keys))
-        return specs, _CallRun(reporter, report, len(keys))
+        return specs, _CallRun(reporter, report, len(keys), recipes)
 
     def _count(self, hashes: GraphHashes, n: int) -> None:
         with self._lock:
@@ -270,8 +276,9 @@ class _CallRun:
     """The run report of one ``submit`` or ``map``: finished once all its futures are
     (``failed`` if one of them errs or is cancelled); the workers' stores are not counted."""
 
-    def __init__(self, reporter: RunReporter, report: CacheReport, n: int) -> None:
-        self.reporter, self.report = reporter, report
+    def __init__(self, reporter: RunReporter | None, report: CacheReport | None, n: int,
+                 recipes: Callable[[], None] | None = None) -> None:
+        self.reporter, self.report, self.recipes = reporter, report, recipes
         self.left, self.failed = n, False
         self._lock = threading.Lock()
 
@@ -281,15 +288,20 @@ class _CallRun:
             self.failed |= future.status != "finished"
             last = self.left == 0
         if last:
-            self.reporter.finish(self.report, frozenset(),
-                                 "failed" if self.failed else "done")
+            self.finish("failed" if self.failed else "done")
+
+    def finish(self, status: str = "done") -> None:
+        if self.reporter is not None:
+            self.reporter.finish(self.report, frozenset(), status)
+        if self.recipes is not None:
+            self.recipes()
 
 
 def _report_when_done(call: _CallRun | None, futures: list) -> None:
     if call is None:
         return
     if not futures:
-        call.reporter.finish(call.report, frozenset())
+        call.finish()
     for future in futures:
         future.add_done_callback(call.done)
 

@@ -26,8 +26,8 @@ from redis.exceptions import RedisError
 
 from cache_server.index.leases import LeaseStore
 from cache_server.index.locks import LockBusy, RedisLock, ReplicaRegistry
-from cache_server.index.redis_index import RedisIndex
 from cache_server.index.recipes import RecipeStore
+from cache_server.index.redis_index import RedisIndex
 from cache_server.index.runs import RunStore
 from cache_server.metrics import Metrics
 from cache_server.models import (

@@ -241,26 +241,27 @@ def slots(graph: Mapping[Key, GraphNode], order: list[Key], labels: Mapping[Key,
     """The structural slot (32 hex) of every key of ``order`` (dependencies first):
     stable across edits of code, arguments and files, since it is made of labels, chunk
     indices and graph shape only. Keys whose upstream looks alike (``[f(i) for i in
-    range(3)]``) are told apart by their place below ``outputs``."""
+    range(3)]``) are numbered in the order of their places below ``outputs``."""
     up: dict[Key, bytes] = {}
     for key in order:
         node = graph[key]
         deps = sorted(up[d] for d in node.dependencies if d in up) if isinstance(
             node, GraphNode) else []
-        text = "%s\0%s\0" % (labels.get(key, type(node).__name__), _index(key))
+        text = f"{labels.get(key, type(node).__name__)}\0{_index(key)}\0"
         up[key] = xxhash.xxh3_128_digest(text.encode() + b"".join(deps))
-    counts: dict[bytes, int] = {}
-    for digest in up.values():
-        counts[digest] = counts.get(digest, 0) + 1
-    places = _places(graph, order, outputs) if any(n > 1 for n in counts.values()) else {}
-    prefix = namespace.encode("utf-8") + b"\0"
-    out = {}
+    groups: dict[bytes, list[Key]] = {}
     for key in order:
-        digest = up[key]
-        if counts[digest] > 1:
-            digest += repr(places.get(key, ())).encode()
-        out[key] = xxhash.xxh3_128_hexdigest(prefix + digest)
-    return out
+        groups.setdefault(up[key], []).append(key)
+    alike = [keys for keys in groups.values() if len(keys) > 1]
+    rank: dict[Key, int] = {}
+    if alike:
+        places = _places(graph, order, outputs)
+        for keys in alike:  # the n-th of its kind below the outputs
+            for i, key in enumerate(sorted(keys, key=lambda k: places.get(k, ()))):
+                rank[key] = i
+    prefix = namespace.encode("utf-8") + b"\0"
+    return {key: xxhash.xxh3_128_hexdigest(prefix + up[key] + (
+        b"#%d" % rank[key] if key in rank else b"")) for key in order}
 
 
 def _index(key: Key) -> str:

@@ -217,7 +217,9 @@ class Run:
         if self.reporter is not None and lost is None:
             self.reporter.finish(report, stored)
         if lost is None and recording_recipes() and self.settings.cache is not None:
-            post_recipes(self.settings.cache, hashed, self.settings.namespace, self.hits)
+            post_recipes(self.settings.cache, hashed.m.graph, hashed.order, hashed.m.keys,
+                         hashed.hashes, self.settings.namespace, hashed.m,
+                         {h for h in hashed.cacheable().values() if h not in self.hits})
         self._lap("report")
         logger.info("%s", report)
         if self.explain:

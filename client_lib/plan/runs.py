@@ -164,22 +164,22 @@ def recording_recipes() -> bool:
     return bool(setting("recipes"))
 
 
-def post_recipes(cache: Transport, hashed: Any, namespace: str, hits: set[str]) -> None:
-    """Send the recipes of the run's computed tasks (the server keeps those of the
-    entries it holds). They are made by the poster thread once the run has returned, off
-    its path: the code, globals and files as they are then, normally a fraction of a
-    second after the hashes (a program that changes a global or an input file in that
-    window gets a recipe that explains its next miss wrongly, never a wrong result).
-    Never raises: a recipe is an explanation, not a result."""
-    computed = {h for h in hashed.cacheable().values() if h not in hits}
+def post_recipes(cache: Transport, graph: Mapping[Key, GraphNode], order: list[Key],
+                 outputs: list[Key], hashes: GraphHashes, namespace: str, annotations: Any,
+                 computed: set[str]) -> None:
+    """Send the recipes of the tasks with the ``computed`` hashes (the server keeps those
+    of the entries it holds). They are made by the poster thread once the run has
+    returned, off its path: the code, globals and files as they are then, normally a
+    fraction of a second after the hashes (a program that changes a global or an input
+    file in that window gets a recipe that explains its next miss wrongly, never a wrong
+    result). Never raises: a recipe is an explanation, not a result."""
     if not computed:
         return
 
     def make() -> list[dict[str, Any]]:
         start = time.thread_time()
         try:
-            return list(recipe_records(hashed.m.graph, hashed.order, hashed.m.keys,
-                                       hashed.hashes, namespace, hashed.m,
+            return list(recipe_records(graph, order, outputs, hashes, namespace, annotations,
                                        only=computed).values())
         finally:
             RECIPE_SECONDS[0] += time.thread_time() - start

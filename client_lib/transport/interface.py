@@ -50,6 +50,7 @@ class Transport(ABC):
     def record_recipes(self, recipes: list[dict[str, Any]]) -> None:
         """Record the recipes of stored entries (docs/design/hashing.md, "Recipes and
         why"); a cache that keeps none ignores them."""
+        return None
 
     def previous_recipes(self, slots: list[str], labels: list[str]
                          ) -> tuple[dict[str, dict[str, Any]], set[str]]:
