@@ -11,6 +11,7 @@ upstream task, named as the root cause for everything below it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -20,6 +21,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dask._task_spec import Alias
 from dask.base import unpack_collections
 
 from .core.errors import ResultCacheError
@@ -145,8 +147,14 @@ def why(*args: Any, cache: Any = None, namespace: str | None = None, policy: Any
             result.fallback = f"recipes not read ({exc})"
     explainer = _Explainer(m.graph, hashes.hashes, previous, unrecorded)
     for key, (state, reason) in states.items():
-        label = hashes.labels.get(key) or str(key)
-        if state in ("loaded", "culled"):
+        node = m.graph.get(key)
+        target = explainer.done.get(node.target) if isinstance(node, Alias) else None
+        label = hashes.labels.get(key) or (target.label if target else str(key))
+        if target is not None:  # an alias is what it names
+            record = dataclasses.replace(target, key=str(key))
+            explainer.roots[key] = explainer.roots.get(node.target, [target.label])
+            explainer.causes[key] = explainer.causes.get(node.target, target.causes)
+        elif state in ("loaded", "culled"):
             record = WhyRecord(str(key), label, "cached", "cached")
         elif state == "volatile":
             text = f"volatile: {reason or 'not cacheable'}"
@@ -211,6 +219,11 @@ class _Explainer:
         roots: list[str] = []
         causes: list[str] = []
         for dep in deps:  # the root causes upstream, named once each
+            for _ in range(100):  # an alias stands for what it names
+                node = self.graph.get(dep)
+                if not isinstance(node, Alias) or dep in self.roots:
+                    break
+                dep = node.target
             for root in self.roots.get(dep) or [self.done[dep].label if dep in self.done
                                                  else str(dep)]:
                 if root not in roots:
@@ -223,8 +236,9 @@ class _Explainer:
         if not changes:
             changes.append(Change("unknown", label))
         own = [c for c in changes if c.kind != "dependency"]
-        if own:
-            self.roots[key] = [label]
+        if own:  # a function passed as an argument (map_partitions) is named as itself
+            self.roots[key] = list(dict.fromkeys(c.name if c.kind == "code" else label
+                                                 for c in own))
             self.causes[key] = [reason] if reason else [_sentence(c) for c in own]
         else:
             self.roots[key], self.causes[key] = roots, causes
@@ -264,15 +278,22 @@ def _differences(now: dict[str, Any], before: dict[str, Any], label: str) -> lis
     label, as ``explain`` prints it)."""
     changes: list[Change] = []
     f_now, f_before = now.get("f") or [], before.get("f") or []
+    old = {n: d for n, d in f_before}
     if f_now and (not f_before or f_now[0][1] != f_before[0][1]):
         name = f_now[0][0]
-        old = {n: d for n, d in f_before}
         body = f"{name} body"
-        parts = [n for n, d in f_now[1:] if n != body and old.get(n) != d]
-        parts += [n for n in old if n not in dict(f_now) and n != body and n != name]
+        parts = [n for n, d in f_now[1:] if n != body and old.get(n) != d
+                 and not n.startswith("argument ")]
+        parts += [n for n in old if n not in dict(f_now) and n not in (body, name)
+                  and not n.startswith("argument ")]
         body_changed = dict(f_now).get(body) != old.get(body)
         changes.append(Change("code", label, ", ".join(parts[:6]) if parts and (
             not body_changed) else ""))
+    for name, digest in f_now[1:]:  # functions passed as arguments (map_partitions)
+        if name.startswith("argument ") and old.get(name) != digest:
+            argument, _, function = name.partition(": ")
+            changes.append(Change("code", function.rpartition(".")[2] or function,
+                                  argument))
     a_now, a_before = dict(map(tuple, now.get("a") or [])), dict(
         map(tuple, before.get("a") or []))
     for name in [*a_now, *(n for n in a_before if n not in a_now)]:

@@ -19,6 +19,7 @@ error. Digests are 8 bytes, as hex; every list is bounded (:data:`MAX_PARTS`).
 from __future__ import annotations
 
 import os
+import sys
 import types
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
@@ -90,9 +91,12 @@ class RecipeMaker:
         names = getattr(annotations, "annotations", None)
         self._reads_version = annotations is not None and (
             names is None or "cache_version" in names)
-        self.enc = _RecipeEncoder(HANDLERS.extended({
-            TaskRef: _mark, Alias: _mark, NestedContainer: _walk, Task: _inlined,
-            DataNode: _data}), Fingerprinter)
+        in_graph: dict[type, Any] = {TaskRef: _mark, Alias: _mark, NestedContainer: _walk,
+                                     Task: _inlined, DataNode: _data}
+        array_module = sys.modules.get("dask.array.core")
+        if array_module is not None:  # a template holding this graph's chunks (xarray)
+            in_graph[array_module.Array] = _mark
+        self.enc = _RecipeEncoder(HANDLERS.extended(in_graph), Fingerprinter)
         self.enc.files = []
         self.code: Fingerprinter = self.enc._code  # type: ignore[assignment]
         self._functions: dict[int, tuple[Any, list[list[str]]]] = {}
@@ -130,10 +134,18 @@ class RecipeMaker:
     def _task(self, key: Key, task: Task) -> Recipe:
         enc = self.enc
         enc.files = []
-        args = [[str(i), _hex(enc.digest_of(a))] for i, a in enumerate(task.args)
-                if not isinstance(a, (TaskRef, Alias))]
-        args += [[name, _hex(enc.digest_of(task.kwargs[name]))] for name in sorted(task.kwargs)
-                 if not isinstance(task.kwargs[name], (TaskRef, Alias))]
+        code = list(self.function_parts(task.func))
+        args = []
+        named = [*((str(i), a) for i, a in enumerate(task.args)),
+                 *((k, task.kwargs[k]) for k in sorted(task.kwargs))]
+        for name, value in named:
+            if isinstance(value, (TaskRef, Alias)):
+                continue
+            if _is_user_function(value):  # map_partitions(f): f is code, not a value
+                code.append([f"argument {name}: {_qualified(value)}",
+                             _hex(self.code.digest(value))])
+            else:
+                args.append([name, _hex(enc.digest_of(value))])
         published = self.hashes.hashes
         deps = sorted({published[d][:16] for d in task.dependencies if d in published})
         salts = self._salts
@@ -141,8 +153,8 @@ class RecipeMaker:
             version = self.annotations.annotation("cache_version", key)
             if version is not None:
                 salts = [*salts, f"cache_version={str(version)[:_NAME]}"]
-        return {"f": self.function_parts(task.func), "a": args[:MAX_PARTS],
-                "i": enc.files, "d": deps[:MAX_PARTS * 8], "v": salts}
+        return {"f": code[:MAX_PARTS], "a": args[:MAX_PARTS], "i": enc.files,
+                "d": deps[:MAX_PARTS * 8], "v": salts}
 
     # -- the function and what its code reads ---------------------------------------------
 

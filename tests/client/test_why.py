@@ -9,6 +9,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,16 +50,19 @@ def _write(directory: Path, *, literal: int = 5, edit: str = "", factor: int = 3
     (directory / "helpers.py").write_text(HELPERS.format(factor=factor))
 
 
-def _child(directory: Path, url: str, namespace: str, mode: str) -> dict:
+def _run_child(directory: Path, url: str, namespace: str, mode: str) -> Any:
     out = subprocess.run([sys.executable, "-m", "tests.client._why_child", str(directory), url,
                           namespace, mode], cwd=ROOT, check=True, timeout=300,
                          capture_output=True, text=True,
                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     if mode == "run":
-        return {}
-    line = next(x for x in out.stdout.splitlines() if x.startswith("JSON"))
-    found = json.loads(line[4:])
-    found["by_label"] = {r["label"]: r for r in found["records"]}
+        return None
+    return json.loads(next(x for x in out.stdout.splitlines() if x.startswith("JSON"))[4:])
+
+
+def _child(directory: Path, url: str, namespace: str, mode: str) -> dict:
+    found = _run_child(directory, url, namespace, mode) or {}
+    found["by_label"] = {r["label"]: r for r in found.get("records", [])}
     return found
 
 
@@ -102,3 +106,59 @@ def test_why_names_the_edited_function_file_argument_and_helper(cache_server, tm
     reason = found["step_3"]["reason"]
     assert reason.startswith("code of step_3 changed (") and "helper helpers.scale" in reason
     assert "helpers.FACTOR" in reason
+
+
+COLLECTIONS = '''
+import dask
+import dask.array as da
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+def adjust(block):
+    return block + {edit}
+
+def call(x):
+    return x * {edit}
+
+def build():
+    array = da.from_array(np.arange(16.0).reshape(4, 4), chunks=2).map_blocks(adjust)
+    frame = dd.from_pandas(pd.DataFrame({{"x": np.arange(8.0)}}), npartitions=2)
+    data = xr.DataArray(da.from_array(np.arange(8.0), chunks=4), dims="t")
+    return [array.sum(), frame.map_partitions(adjust).x.sum(), adjust(data).sum()]
+
+def submit(url, namespace):
+    from distributed import Client, LocalCluster
+    from client_lib import CachedClient
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster, \\
+            Client(cluster) as client:
+        cached = CachedClient(client, cache=url, namespace=namespace, policy="all")
+        assert cached.submit(call, 3).result() == 3 * {edit}
+        assert [f.result() for f in cached.map(call, range(3))] == [0, {edit}, 2 * {edit}]
+
+def why_groups():  # the submit and the map, as the delayed calls they are
+    return [[dask.delayed(call)(3)], [dask.delayed(call)(i) for i in range(3)]]
+'''
+
+
+@pytest.mark.slow
+def test_why_explains_arrays_dataframes_xarray_and_cached_client_calls(cache_server, tmp_path):
+    ns = f"why-{uuid.uuid4().hex}"
+    directory = tmp_path / "collections"
+    directory.mkdir()
+    (directory / "pipe.py").write_text(COLLECTIONS.format(edit=1))
+    url = cache_server.url
+    _child(directory, url, ns, "run")
+    (directory / "pipe.py").write_text(COLLECTIONS.format(edit=2))
+    built, submitted, mapped = _run_child(directory, url, ns, "why")
+    reasons = {(r["label"], r["reason"]) for r in built["records"]}
+    assert ("adjust", "code of adjust changed") in reasons  # the array's blocks
+    assert ("apply_and_enforce", "code of adjust changed (argument _func)") in reasons  # frame
+    assert ("add", "argument 1 changed") in reasons  # xarray: adjust ran on the dask array
+    assert ("zeros_like", "cached") in reasons  # untouched by the edit
+    upstream = {r["reason"] for r in built["records"] if r["reason"].startswith("depends")}
+    assert upstream == {"depends on adjust, which changed", "depends on add, which changed"}
+    assert "code of adjust changed (argument _func): 7 tasks recompute" in built["text"]
+    for answer, n in ((submitted, 1), (mapped, 3)):
+        assert [r["reason"] for r in answer["records"]] == ["code of call changed"] * n
