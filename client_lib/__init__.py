@@ -35,7 +35,7 @@ if _TYPE_CHECKING:
     from .lazy import NotCached, open_cached
     from .persist import cached_persist
     from .plan.report import CacheReport, last_report
-    from .planning import Plan, plan, visualize
+    from .planning import Plan, plan, visualize, why
     from .policy.modes import Candidate
     from .routing import disable, enable, enabled
     from .transport.client import CacheClient
@@ -69,7 +69,7 @@ _PUBLIC = {
     "register": ".hashing",
     "task_hashes": ".compute",
     "visualize": ".planning",
-    "why": ".explaining",
+    "why": ".planning",
 }
 
 __all__ = [

@@ -1,5 +1,7 @@
-"""``plan`` and ``visualize``: what ``cached_compute`` would do, without running anything,
-and the task graph coloured by it (docs/design/dashboard-and-runs.md, "The dashboard").
+"""``plan``, ``visualize`` and ``why``: what ``cached_compute`` would do, without running
+anything, the task graph coloured by it, and why each task would be recomputed
+(docs/design/dashboard-and-runs.md, "The dashboard"; docs/design/hashing.md, "Recipes and
+why").
 
 ``plan`` hashes the graph, asks the server which hashes it holds (one lookup, counted in
 the server's stats like any other) and rewrites the graph as a run would: each task is
@@ -14,6 +16,7 @@ coloured as on the dashboard's run page, the state and reason as each node's too
 from __future__ import annotations
 
 import html
+import warnings
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -23,6 +26,8 @@ from dask.base import unpack_collections
 
 from .core.errors import ResultCacheError
 from .execution.specs import StoreRun
+from .hashing.recipes import recipe_records
+from .plan.explain import Why, explain_states, previous_of
 from .plan.hashed import hash_collections
 from .plan.rewrite import rewrite
 from .plan.run import look_up
@@ -30,7 +35,7 @@ from .plan.runs import task_list, task_states
 from .plan.settings import NO_CACHE, namespace_of, resolve_cache
 from .policy.modes import resolve_policy
 
-__all__ = ["Plan", "plan", "task_graph_svg", "visualize"]
+__all__ = ["Plan", "plan", "task_graph_svg", "visualize", "why"]
 
 Key = Hashable
 #: Entries whose compute seconds a plan reads for its estimate (one request each).
@@ -70,31 +75,53 @@ class Plan:
         return "\n".join(lines)
 
 
+@dataclass
+class _DryRun:
+    client: Any
+    namespace: str
+    hashed: Any
+    hits: set[str]
+    fallback: str | None
+    wrapped: int
+    states: dict[Key, tuple[str, str | None]]
+
+
+def _dry_run(args: tuple, cache: Any, policy: Any, namespace: str | None, traverse: bool,
+             optimize_graph: bool) -> _DryRun | None:
+    """What ``plan`` and ``why`` share: hash, one lookup, rewrite; ``None``: no
+    collections."""
+    collections, _ = unpack_collections(*args, traverse=traverse)
+    if not collections:
+        return None
+    client = resolve_cache(cache)
+    ns = namespace_of(namespace)
+    hashed = hash_collections(collections, namespace=ns,
+                              signing_key=client.signing_key if client is not None else None,
+                              optimize_graph=optimize_graph)
+    m, order, hashes = hashed.m, hashed.order, hashed.hashes
+    cacheable = hashed.cacheable()
+    if client is None:
+        hits, fallback = set(), NO_CACHE
+    else:
+        hits, fallback = look_up(client, set(cacheable.values()))
+    run = StoreRun(client, resolve_policy(policy), "plan")  # type: ignore[arg-type]
+    rewritten = rewrite(m, order, hashes, cacheable, hits, run)
+    states = task_states(m.graph, order, hashes, hits, rewritten.loaded_keys,
+                         rewritten.computed_keys, frozenset())
+    return _DryRun(client, ns, hashed, hits, fallback, rewritten.wrapped, states)
+
+
 def plan(*args: Any, cache: Any = None, policy: Any = None, namespace: str | None = None,
          traverse: bool = True, optimize_graph: bool = True) -> Plan:
     """What ``cached_compute(*args, ...)`` would do now, task by task, without running
     anything or storing. A server that cannot be asked gives a plan of computed tasks with
     the reason in ``fallback``."""
-    collections, _ = unpack_collections(*args, traverse=traverse)
-    if not collections:
+    dry = _dry_run(args, cache, policy, namespace, traverse, optimize_graph)
+    if dry is None:
         return Plan()
-    client = resolve_cache(cache)
-    hashed = hash_collections(collections, namespace=namespace_of(namespace),
-                              signing_key=client.signing_key if client is not None else None,
-                              optimize_graph=optimize_graph)
-    m, order, hashes = hashed.m, hashed.order, hashed.hashes
-    cacheable = hashed.cacheable()
-    result = Plan()
-    if client is None:
-        hits, result.fallback = set(), NO_CACHE
-    else:
-        hits, result.fallback = look_up(client, set(cacheable.values()))
-    run = StoreRun(client, resolve_policy(policy), "plan")  # type: ignore[arg-type]
-    rewritten = rewrite(m, order, hashes, cacheable, hits, run)
-    states = task_states(m.graph, order, hashes, hits, rewritten.loaded_keys,
-                         rewritten.computed_keys, frozenset())
-    result.tasks = task_list(states, m.graph, hashes.labels)
-    result.store_candidates = rewritten.wrapped
+    client, hashes, hits, states = dry.client, dry.hashed.hashes, dry.hits, dry.states
+    result = Plan(fallback=dry.fallback, store_candidates=dry.wrapped)
+    result.tasks = task_list(states, dry.hashed.m.graph, hashes.labels)
     saved_hashes = {hashes.hashes[k] for k, (state, _) in states.items()
                     if state in ("loaded", "culled") and hashes.hashes.get(k) in hits}
     if client is not None and saved_hashes:
@@ -106,6 +133,39 @@ def plan(*args: Any, cache: Any = None, policy: Any = None, namespace: str | Non
             if entry is not None:
                 result.estimated_seconds_saved += float(entry.get("compute_seconds", 0.0))
                 result.estimated_from += 1
+    return result
+
+
+def why(*args: Any, cache: Any = None, namespace: str | None = None, policy: Any = None,
+        traverse: bool = True, optimize_graph: bool = True, explain: bool = False) -> Why:
+    """Why ``cached_compute(*args)`` would load or recompute each task, without running
+    anything (docs/design/hashing.md, "Recipes and why"): a :class:`~.plan.explain.Why`
+    of one record per task (``label``, ``status`` "cached" or "compute", ``reason``,
+    ``changes``). ``explain=True`` prints the reasons grouped, one line per cause with the
+    count of tasks it makes recompute. A server that cannot be asked gives records of
+    tasks to compute, and ``fallback`` says why."""
+    dry = _dry_run(args, cache, policy, namespace, traverse, optimize_graph)
+    if dry is None:
+        return Why()
+    m, hashes, fallback = dry.hashed.m, dry.hashed.hashes, dry.fallback
+    computed = {hashes.hashes[k] for k, (state, _) in dry.states.items()
+                if state == "computed" and k in hashes.hashes}
+    current = recipe_records(m.graph, dry.hashed.order, m.keys, hashes, dry.namespace, m,
+                             only=computed)
+    previous: dict[str, dict[str, Any]] = {}
+    unrecorded: set[str] = set()
+    if dry.client is not None and fallback is None and current:
+        try:
+            previous, unrecorded = previous_of(dry.client, current)
+        except ResultCacheError as exc:
+            fallback = f"recipes not read ({exc})"
+    result = explain_states(m.graph, dry.states, hashes, current, previous, unrecorded)
+    result.fallback = fallback
+    if result.unreadable:
+        warnings.warn(f"why: {result.unreadable} stored explanations could not be read "
+                      "and were ignored", RuntimeWarning, stacklevel=2)
+    if explain:
+        print(result)
     return result
 
 

@@ -1,10 +1,10 @@
-"""``why``: why each task of a computation would be loaded or recomputed, against the
-latest stored version of the same task (docs/design/hashing.md, "Recipes and why").
+"""Why each task of a computation is loaded or recomputed, against the latest stored
+version of the same task (docs/design/hashing.md, "Recipes and why"): for
+:func:`client_lib.why` and a run's page on the dashboard.
 
-A dry run like :func:`~client_lib.planning.plan`: it hashes the graph, asks the server
-which hashes it holds, and for every task that would compute compares its recipe (what
-its hash is made of, :mod:`client_lib.hashing.recipes`) with the one recorded for its
-structural slot. The first difference found names the cause: the function's code (and
+Every task that computes has its recipe (what its hash is made of,
+:mod:`client_lib.hashing.recipes`) compared with the one recorded for its structural
+slot. The first difference found names the cause: the function's code (and
 the helper or global that changed), an argument, an input file, a version, or an
 upstream task, named as the root cause for everything below it.
 """
@@ -15,26 +15,17 @@ import dataclasses
 import json
 import os
 import time
-import warnings
 from collections import Counter
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dask._task_spec import Alias
-from dask.base import unpack_collections
 
-from .core.errors import ResultCacheError
-from .execution.specs import StoreRun
-from .hashing.recipes import recipe_records
-from .plan.hashed import hash_collections
-from .plan.rewrite import rewrite
-from .plan.run import look_up
-from .plan.runs import task_states
-from .plan.settings import NO_CACHE, namespace_of, resolve_cache
-from .policy.modes import resolve_policy
+from ..hashing import GraphHashes
+from ..transport.interface import Transport
 
-__all__ = ["Change", "Why", "WhyRecord", "why"]
+__all__ = ["Change", "Explainer", "Why", "WhyRecord", "explain_states", "previous_of"]
 
 Key = Hashable
 NEVER = "never computed"
@@ -104,50 +95,27 @@ class Why:
         return "\n".join(lines)
 
 
-def why(*args: Any, cache: Any = None, namespace: str | None = None, policy: Any = None,
-        traverse: bool = True, optimize_graph: bool = True, explain: bool = False) -> Why:
-    """Why ``cached_compute(*args)`` would load or recompute each task, without running
-    anything: a :class:`Why` of one :class:`WhyRecord` per task. ``explain=True`` prints
-    the reasons grouped (one line per cause, with the count of tasks it makes recompute).
-    A server that cannot be asked gives records of tasks to compute, ``fallback`` says
-    why."""
-    collections, _ = unpack_collections(*args, traverse=traverse)
-    result = Why()
-    if not collections:
-        return result
-    client = resolve_cache(cache)
-    ns = namespace_of(namespace)
-    hashed = hash_collections(collections, namespace=ns,
-                              signing_key=client.signing_key if client is not None else None,
-                              optimize_graph=optimize_graph)
-    m, order, hashes = hashed.m, hashed.order, hashed.hashes
-    cacheable = hashed.cacheable()
-    if client is None:
-        hits, result.fallback = set(), NO_CACHE
-    else:
-        hits, result.fallback = look_up(client, set(cacheable.values()))
-    run = StoreRun(client, resolve_policy(policy), "why")  # type: ignore[arg-type]
-    rewritten = rewrite(m, order, hashes, cacheable, hits, run)
-    states = task_states(m.graph, order, hashes, hits, rewritten.loaded_keys,
-                         rewritten.computed_keys, frozenset())
-    computed = {hashes.hashes[k] for k, (state, _) in states.items()
-                if state == "computed" and k in hashes.hashes}
-    current = recipe_records(m.graph, order, m.keys, hashes, ns, m, only=computed)
-    previous: dict[str, dict[str, Any]] = {}
+def previous_of(client: Transport, current: dict[Key, dict[str, Any]]
+                ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+    """The recorded records of the slots of ``current`` (recipe records by key) and the
+    labels, among those of slots never recorded, with entries stored without a recipe."""
+    previous, _ = client.previous_recipes(sorted({r["slot"] for r in current.values()}), [])
+    missing = sorted({r["label"] for r in current.values()
+                      if r["slot"] not in previous})[:_LABELS_ASKED]
     unrecorded: set[str] = set()
-    if client is not None and result.fallback is None and current:
-        try:
-            previous, _ = client.previous_recipes(sorted({r["slot"] for r in current.values()}),
-                                                  [])
-            missing = sorted({r["label"] for r in current.values()
-                              if r["slot"] not in previous})[:_LABELS_ASKED]
-            if missing:
-                _, unrecorded = client.previous_recipes([], missing)
-        except ResultCacheError as exc:
-            result.fallback = f"recipes not read ({exc})"
-    explainer = _Explainer(m.graph, hashes.hashes, previous, unrecorded)
+    if missing:
+        _, unrecorded = client.previous_recipes([], missing)
+    return previous, unrecorded
+
+
+def explain_states(graph: Any, states: dict[Key, tuple[str, str | None]],
+                   hashes: GraphHashes, current: dict[Key, dict[str, Any]],
+                   previous: dict[str, dict[str, Any]], unrecorded: set[str]) -> Why:
+    """One record per task of ``states`` (a run's task states, dependencies first)."""
+    result = Why()
+    explainer = Explainer(graph, hashes.hashes, previous, unrecorded)
     for key, (state, reason) in states.items():
-        node = m.graph.get(key)
+        node = graph.get(key)
         target = explainer.done.get(node.target) if isinstance(node, Alias) else None
         label = hashes.labels.get(key) or (target.label if target else str(key))
         if target is not None:  # an alias is what it names
@@ -166,15 +134,10 @@ def why(*args: Any, cache: Any = None, namespace: str | None = None, policy: Any
         explainer.done[key] = record
         result.records.append(record)
     result.unreadable = explainer.unreadable
-    if explainer.unreadable:
-        warnings.warn(f"why: {explainer.unreadable} stored explanations could not be read "
-                      "and were ignored", RuntimeWarning, stacklevel=2)
-    if explain:
-        print(result)
     return result
 
 
-class _Explainer:
+class Explainer:
     """Compares each task's recipe with its slot's stored one, dependencies first."""
 
     def __init__(self, graph: Any, published: dict[Key, str],
