@@ -38,6 +38,7 @@ __all__ = [
     "Recipe",
     "RecipeBatch",
     "RecordedRecipe",
+    "RunWhy",
     "StagingPlace",
     "StagingRequest",
     "Stats",
@@ -237,6 +238,8 @@ class RunTask(BaseModel):
     label: _Text = ""
     state: TaskState
     reason: _Text | None = None
+    why: _Text | None = Field(default=None, description="why it was recomputed (POST "
+                              "/v1/runs/{run_id}/why)")
     deps: list[Annotated[int, Field(ge=0, lt=MAX_RUN_TASKS)]] = Field(
         default_factory=list, max_length=64,
         description="positions in the task list of this task's dependencies (for the graph)")
@@ -283,6 +286,21 @@ class RunSummary(BaseModel):
     by_label: dict[_Text, dict[TaskState, Annotated[int, Field(ge=0)]]] = Field(
         default_factory=dict, max_length=MAX_RUN_TASKS,
         description="task counts by label and state (a run too large for a task list)")
+    why: list[tuple[_Text, Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=list, max_length=100,
+        description="why its tasks were recomputed: causes with their task counts (read "
+                    "only: POST /v1/runs/{run_id}/why records them)")
+
+
+class RunWhy(BaseModel):
+    """Why a run's tasks were recomputed (docs/design/hashing.md, "Recipes and why")."""
+
+    reasons: dict[Annotated[int, Field(ge=0, lt=MAX_RUN_TASKS)], _Text] = Field(
+        default_factory=dict, max_length=MAX_RUN_TASKS,
+        description="by position in the run's task list")
+    groups: list[tuple[_Text, Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=list, max_length=100,
+        description="causes, with the number of tasks each made recompute")
 
 
 class RunList(BaseModel):

@@ -1,7 +1,8 @@
 """Run summaries in Redis (docs/protocol.md, "Runs").
 
 ``<prefix>run:<id>`` holds a run's counts (small: the runs list reads many),
-``<prefix>run:<id>:tasks`` its task list or counts by label (read for one run's page), and
+``<prefix>run:<id>:tasks`` its task list or counts by label (read for one run's page),
+``<prefix>run:<id>:why`` why its tasks were recomputed (posted after it), and
 ``<prefix>runs`` is a sorted set of run ids by start time. Only the ``keep`` most recent
 runs are kept: adding a run trims the oldest, so the keys stay bounded whatever clients send.
 """
@@ -13,11 +14,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from cache_server.index.topology import Topology
-from cache_server.models import RunSummary, RunTask, TaskState
+from cache_server.models import RunSummary, RunTask, RunWhy, TaskState
 
 __all__ = ["RunStore"]
 
-_LISTS = {"task_list", "by_label", "stored_tasks", "saved_hashes"}
+_WHY_SECONDS = 90 * 86_400
+_LISTS = {"task_list", "by_label", "stored_tasks", "saved_hashes", "why"}
 
 
 class _Tasks(BaseModel):
@@ -81,7 +83,8 @@ class RunStore:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.zrem(self._runs, *old)
                 pipe.delete(*(self._key(r) for r in old),
-                            *(self._key(r) + ":tasks" for r in old))
+                            *(self._key(r) + ":tasks" for r in old),
+                            *(self._key(r) + ":why" for r in old))
                 await pipe.execute()
 
         await self.topology.on_node_of(self._runs, trim)
@@ -91,14 +94,27 @@ class RunStore:
         text = await self.redis.get(self._key(run_id))
         return None if text is None else RunSummary.model_validate_json(text)
 
+    async def put_why(self, run_id: str, why: RunWhy) -> None:
+        """Record why a run's tasks were recomputed (kept as long as the run, at most
+        ``_WHY_SECONDS`` when the run is never recorded)."""
+        await self.redis.set(self._key(run_id) + ":why", why.model_dump_json(),
+                             ex=_WHY_SECONDS)
+
     async def get(self, run_id: str) -> RunSummary | None:
-        text, tasks = await self.redis.mget([self._key(run_id), self._key(run_id) + ":tasks"])
+        key = self._key(run_id)
+        text, tasks, why = await self.redis.mget([key, key + ":tasks", key + ":why"])
         if text is None:
             return None
         run = RunSummary.model_validate_json(text)
         if tasks is not None:
             lists = _Tasks.model_validate_json(tasks)
             run.task_list, run.by_label = lists.task_list, lists.by_label
+        if why is not None:
+            found = RunWhy.model_validate_json(why)
+            run.why = found.groups
+            for i, reason in found.reasons.items():
+                if i < len(run.task_list):
+                    run.task_list[i].why = reason
         return run
 
     async def recent(self, limit: int) -> list[RunSummary]:

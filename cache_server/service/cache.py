@@ -38,6 +38,7 @@ from cache_server.models import (
     PreviousRequest,
     RecipeBatch,
     RunSummary,
+    RunWhy,
     Stats,
 )
 from cache_server.service.budget import MemoryBudget
@@ -288,6 +289,9 @@ class ResultCache:
 
     async def recent_runs(self, limit: int) -> list[RunSummary]:
         return await self.runs.recent(limit)
+
+    async def record_run_why(self, run_id: str, why: RunWhy) -> None:
+        await self.runs.put_why(run_id, why)
 
     # -- recipes (docs/design/hashing.md, "Recipes and why") ---------------------------------
 

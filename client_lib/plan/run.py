@@ -12,6 +12,7 @@ the object: its report, its tally (client_lib/execution/tally.py), its leases.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 import time
@@ -43,7 +44,14 @@ from .known import remember
 from .materialize import Materialized, materialize, paused_gc, unfuse
 from .report import CacheReport, set_last_report
 from .rewrite import Rewritten, rewrite
-from .runs import RunReporter, post_recipes, recording_recipes, reporting
+from .runs import (
+    RunReporter,
+    RunWhyTarget,
+    post_recipes,
+    recording_recipes,
+    reporting,
+    task_states,
+)
 from .schedulers import Scheduler
 from .settings import RunSettings
 
@@ -217,9 +225,15 @@ class Run:
         if self.reporter is not None and lost is None:
             self.reporter.finish(report, stored)
         if lost is None and recording_recipes() and self.settings.cache is not None:
+            target = None
+            if self.reporter is not None:  # the run's page shows why
+                target = RunWhyTarget(self.run_id, functools.partial(
+                    task_states, hashed.m.graph, hashed.order, hashed.hashes, self.hits,
+                    report.loaded_keys, report.computed_keys, frozenset(stored)))
             post_recipes(self.settings.cache, hashed.m.graph, hashed.order, hashed.m.keys,
                          hashed.hashes, self.settings.namespace, hashed.m,
-                         {h for h in hashed.cacheable().values() if h not in self.hits})
+                         {h for h in hashed.cacheable().values() if h not in self.hits},
+                         target)
         self._lap("report")
         logger.info("%s", report)
         if self.explain:

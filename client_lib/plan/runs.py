@@ -34,6 +34,7 @@ from ..hashing import GraphHashes
 from ..hashing.recipes import recipe_records
 from ..transport.interface import Transport
 from ..wire.bounds import MAX_RUN_TASKS
+from .explain import explain_states, previous_of
 from .report import CacheReport
 
 __all__ = ["Progress", "RunReporter", "flush_posts", "post_run", "reporting",
@@ -166,25 +167,52 @@ def recording_recipes() -> bool:
 
 def post_recipes(cache: Transport, graph: Mapping[Key, GraphNode], order: list[Key],
                  outputs: list[Key], hashes: GraphHashes, namespace: str, annotations: Any,
-                 computed: set[str]) -> None:
+                 computed: set[str], run: RunWhyTarget | None = None) -> None:
     """Send the recipes of the tasks with the ``computed`` hashes (the server keeps those
-    of the entries it holds). They are made by the poster thread once the run has
-    returned, off its path: the code, globals and files as they are then, normally a
-    fraction of a second after the hashes (a program that changes a global or an input
-    file in that window gets a recipe that explains its next miss wrongly, never a wrong
-    result). Never raises: a recipe is an explanation, not a result."""
+    of the entries it holds) and, with ``run``, first why those tasks were recomputed
+    against the recipes recorded before (for the run's page). Made by the poster thread
+    once the run has returned, off its path: the code, globals and files as they are
+    then, normally a fraction of a second after the hashes (a program that changes a
+    global or an input file in that window gets a recipe that explains its next miss
+    wrongly, never a wrong result). Never raises: a recipe is an explanation."""
     if not computed:
         return
 
     def make() -> list[dict[str, Any]]:
         start = time.thread_time()
         try:
-            return list(recipe_records(graph, order, outputs, hashes, namespace, annotations,
-                                       only=computed).values())
+            made = recipe_records(graph, order, outputs, hashes, namespace, annotations,
+                                  only=computed)
+            if run is not None and made:
+                _post_why(cache, run, graph, hashes, made)
+            return list(made.values())
         finally:
             RECIPE_SECONDS[0] += time.thread_time() - start
 
     post_run(cache, Recipes(make))
+
+
+@dataclass
+class RunWhyTarget:
+    """The run whose page shows why its tasks were recomputed: its id and its task
+    states (made when asked: the order of the run's task list)."""
+
+    run_id: str
+    states: Callable[[], dict[Key, tuple[str, str | None]]]
+
+
+def _post_why(cache: Transport, run: RunWhyTarget, graph: Mapping[Key, GraphNode],
+              hashes: GraphHashes, made: dict[Key, dict[str, Any]]) -> None:
+    try:
+        previous, unrecorded = previous_of(cache, made)
+    except ResultCacheError:
+        return  # the recipes go on: why is an extra
+    states = run.states()
+    found = explain_states(graph, states, hashes, made, previous, unrecorded)
+    reasons = {i: r.reason[:1024] for i, r in enumerate(found.records)
+               if r.status == "compute"} if len(states) <= MAX_RUN_TASKS else {}
+    groups = [[cause[:1024], n] for cause, n in found.groups().most_common(100)]
+    cache.post_run_why(run.run_id, {"reasons": reasons, "groups": groups})
 
 
 def flush_posts(timeout: float = _EXIT_SECONDS) -> bool:

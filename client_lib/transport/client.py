@@ -154,6 +154,10 @@ class CacheClient(Loads, Transport):
             expect(self.pool.request("POST", "/v1/recipes", json={
                 "recipes": recipes[start:start + MAX_RECIPE_BATCH]}), 200)
 
+    def post_run_why(self, run_id: str, why: dict[str, Any]) -> None:
+        """``POST /v1/runs/{run_id}/why``."""
+        expect(self.pool.request("POST", f"/v1/runs/{run_id}/why", json=why), 200)
+
     def previous_recipes(self, slots: list[str], labels: list[str]
                          ) -> tuple[dict[str, dict[str, Any]], set[str]]:
         """``POST /v1/recipes/previous``, ``MAX_RECIPE_BATCH`` slots at a time."""

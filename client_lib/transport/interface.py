@@ -52,6 +52,11 @@ class Transport(ABC):
         why"); a cache that keeps none ignores them."""
         return None
 
+    def post_run_why(self, run_id: str, why: dict[str, Any]) -> None:
+        """Record why a run's tasks were recomputed (``{"reasons", "groups"}``); a cache
+        that keeps none ignores it."""
+        return None
+
     def previous_recipes(self, slots: list[str], labels: list[str]
                          ) -> tuple[dict[str, dict[str, Any]], set[str]]:
         """The latest recorded recipe of each slot, and which of ``labels`` have entries

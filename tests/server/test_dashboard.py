@@ -179,3 +179,45 @@ def test_a_run_page_shows_the_seconds_the_run_saved(page, server):
     page.wait_for_url(f"{server.url}/runs/{run_id}")
     assert page.inner_text("#c-saved") == f"{run['seconds_saved']:.2f}"
     assert not page.outside, page.outside
+
+
+FACTOR = 2
+
+
+def scaled(i):
+    return i * FACTOR
+
+
+def test_a_run_page_shows_why_its_tasks_were_recomputed(page, server):
+    global FACTOR
+    from client_lib.plan.runs import flush_posts
+
+    ns = uuid.uuid4().hex
+
+    def run():
+        parts = [dask.delayed(scaled, pure=True)(i) for i in range(3)]
+        with dask.config.set({"result-cache.token": WRITE}):
+            cached_compute(dask.delayed(sum, pure=True)(parts), cache=server.url, namespace=ns,
+                           policy="all", scheduler="threads")
+        assert flush_posts(30)
+        return last_report()
+
+    run()
+    FACTOR = 3
+    try:
+        run()
+    finally:
+        FACTOR = 2
+    (latest,) = api(server, "/v1/runs?limit=1")["runs"]
+    recorded = api(server, f"/v1/runs/{latest['run_id']}")
+    cause = f"code of scaled changed (global {__name__}.FACTOR)"
+    assert recorded["why"] == [[cause, 4]]  # the three tasks and the sum below them
+    sign_in(page, server, READ)
+    page.goto(f"{server.url}/runs/{latest['run_id']}")
+    page.wait_for_selector("#graph svg")
+    rows = [r.inner_text().split("\t") for r in page.locator("#why tbody tr").element_handles()]
+    assert rows == [[cause, "4"]]
+    tips = [t.text_content() for t in page.locator("#graph circle title").element_handles()]
+    assert sum(f"why: {cause}" in t for t in tips) == 3
+    assert sum("why: depends on scaled, which changed" in t for t in tips) == 1
+    assert not page.outside, page.outside

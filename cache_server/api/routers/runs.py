@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Path, Query
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep
 from cache_server.api.responses import errors
-from cache_server.models import RunList, RunSummary
+from cache_server.models import RunList, RunSummary, RunWhy
 from client_lib.wire import headers as result_headers
 
 __all__ = ["RunHeader", "RunId", "router"]
@@ -29,6 +29,14 @@ async def post_run(run: RunSummary, cache: CacheDep) -> RunSummary:
     """Record a run's summary: at its start (with its task list), as it progresses and at
     its end. A post without a task list keeps the one recorded."""
     return await cache.record_run(run)
+
+
+@router.post("/v1/runs/{run_id}/why", dependencies=[WriteAccess], responses=errors(403))
+async def post_run_why(run_id: RunId, why: RunWhy, cache: CacheDep) -> dict[str, int]:
+    """Record why the run's tasks were recomputed (its client posts it after the run, from
+    the recipes recorded before it: docs/design/hashing.md, "Recipes and why")."""
+    await cache.record_run_why(run_id, why)
+    return {"reasons": len(why.reasons)}
 
 
 @router.get("/v1/runs", response_model_exclude={"runs": {"__all__": {"task_list", "by_label"}}})

@@ -117,7 +117,8 @@ function drawGraph() {
     c.setAttribute("class", "task " + t.state);
     c.dataset.key = t.key;
     const title = document.createElementNS(ns, "title");
-    title.textContent = `${t.label}: ${t.state}${t.reason ? " (" + t.reason + ")" : ""}\n${t.key}`;
+    const why = t.why ? "\nwhy: " + t.why : "";
+    title.textContent = `${t.label}: ${t.state}${t.reason ? " (" + t.reason + ")" : ""}${why}\n${t.key}`;
     c.appendChild(title);
     svg.appendChild(c);
   });
