@@ -9,7 +9,9 @@
 - :mod:`.fingerprints`: functions, classes and modules by their code;
 - :mod:`.provenance`: library versions, local builds, compiled modules, file stamps;
 - :mod:`.graph`: the Merkle hash over the graph; :mod:`.side_effects`: tasks that must
-  always run; :mod:`.user_versions`: ``cache_version``.
+  always run; :mod:`.user_versions`: ``cache_version``;
+- :mod:`.recipes`: what each hash was made of, by name, and the structural slots
+  (for ``why``).
 """
 
 from . import (  # noqa: F401 (handlers)
