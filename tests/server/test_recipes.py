@@ -3,6 +3,7 @@ one real server on the session's real Redis, with a prefix of its own to reach i
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -44,6 +45,10 @@ def why_bad_input_new(x):
     return x + 4
 
 
+def why_bad_input_expires(x):
+    return x + 5
+
+
 def _compute(server, ns, *values, recipes=True):
     with dask.config.set({"result-cache.recipes": recipes}):
         cached_compute(*values, cache=server.url, namespace=ns, policy="all",
@@ -80,6 +85,15 @@ def test_why_on_entries_without_or_with_broken_recipes(server, redis_url):
         ("why_bad_input_new", "compute"): "never computed",
     }
     assert found.unreadable == 1 and "could not be read" in str(found)
+
+    with dask.annotate(cache_ttl=1):
+        expiring = delayed(why_bad_input_expires)(1)
+    _compute(server, ns, expiring)
+    time.sleep(1.5)  # past its lifetime: a miss, and the recipe says why
+    found = why(expiring, delayed(time.time)(), cache=server.url, namespace=ns)
+    assert [(r.status, r.reason) for r in found] == [
+        ("compute", "expired"),
+        ("compute", "volatile: time.time is impure (the clock, entropy or the process)")]
 
 
 @pytest.mark.slow
