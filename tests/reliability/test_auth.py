@@ -55,6 +55,9 @@ ROUTES = {
     ("POST", "/v1/runs"): "write",
     ("GET", "/v1/runs"): "read",
     ("GET", "/v1/runs/{run_id}"): "read",
+    ("POST", "/v1/runs/{run_id}/why"): "write",
+    ("POST", "/v1/recipes"): "write",
+    ("POST", "/v1/recipes/previous"): "read",
     ("GET", "/metrics"): "read",
     ("GET", "/openapi.json"): "read",
     ("GET", "/docs"): "read",
@@ -101,6 +104,10 @@ def call(server: RunningServer, method: str, path: str, token: str | None) -> ht
         headers["Content-Type"] = "application/json"
     elif path == "/v1/runs" and method == "POST":
         body = f'{{"run_id": "{new_hash()}", "started": 1.0}}'.encode()
+        headers["Content-Type"] = "application/json"
+    elif path.startswith("/v1/recipes") or path.endswith("/why"):
+        body = {"/v1/recipes": b'{"recipes": []}', "/v1/recipes/previous": b'{"slots": []}'
+                }.get(path, b"{}")
         headers["Content-Type"] = "application/json"
     url = server.url + path.replace("{task_hash}", new_hash()).replace("{run_id}", new_hash())
     return httpx.request(method, url, headers=headers, content=body, timeout=30)
