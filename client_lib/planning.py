@@ -151,7 +151,7 @@ def why(*args: Any, cache: Any = None, namespace: str | None = None, policy: Any
     computed = {hashes.hashes[k] for k, (state, _) in dry.states.items()
                 if state == "computed" and k in hashes.hashes}
     current = recipe_records(m.graph, dry.hashed.order, m.keys, hashes, dry.namespace, m,
-                             only=computed)
+                             only=computed, signing_key=getattr(dry.client, "signing_key", None))
     previous: dict[str, dict[str, Any]] = {}
     unrecorded: set[str] = set()
     if dry.client is not None and fallback is None and current:

@@ -28,6 +28,7 @@ import xxhash
 from dask._task_spec import Alias, DataNode, GraphNode, NestedContainer, Task, TaskRef
 
 from ..core.errors import VolatileValue
+from ..core.signing import SigningKey
 from .bytecode import code_names
 from .encoder import Encoder
 from .fingerprints import Fingerprinter
@@ -84,8 +85,12 @@ class RecipeMaker:
     """Makes the recipes of one hashed graph. Not thread safe; one per pass."""
 
     def __init__(self, graph: Mapping[Key, GraphNode], hashes: GraphHashes,
-                 annotations: Any = None) -> None:
+                 annotations: Any = None, signing_key: SigningKey | None = None) -> None:
         self.graph = graph
+        # With a signing key, part digests are keyed too: a short literal (a password
+        # passed as an argument) cannot be guessed back from its digest.
+        self._hex = _hex if signing_key is None else (
+            lambda digest: signing_key.keyed_hash(digest)[:16])
         self.hashes = hashes
         self.annotations = annotations
         names = getattr(annotations, "annotations", None)
@@ -101,7 +106,7 @@ class RecipeMaker:
         self.code: Fingerprinter = self.enc._code  # type: ignore[assignment]
         self._functions: dict[int, tuple[Any, list[list[str]]]] = {}
         options = options_in_effect()
-        self._salts = [str(KEY_VERSION)] + ([_hex(xxhash.xxh3_128_digest(repr(options)))]
+        self._salts = [str(KEY_VERSION)] + ([self._hex(xxhash.xxh3_128_digest(repr(options)))]
                                             if options else [])
 
     def many(self, keys: Iterable[Key]) -> dict[Key, Recipe]:
@@ -123,7 +128,7 @@ class RecipeMaker:
         try:
             if isinstance(node, DataNode):
                 enc.files = []
-                return {"data": _hex(enc.digest_of(node.value)), "i": enc.files,
+                return {"data": self._hex(enc.digest_of(node.value)), "i": enc.files,
                         "v": self._salts}
             if not isinstance(node, Task) or isinstance(node, NestedContainer):
                 return None
@@ -143,9 +148,9 @@ class RecipeMaker:
                 continue
             if _is_user_function(value):  # map_partitions(f): f is code, not a value
                 code.append([f"argument {name}: {_qualified(value)}",
-                             _hex(self.code.digest(value))])
+                             self._hex(self.code.digest(value))])
             else:
-                args.append([name, _hex(enc.digest_of(value))])
+                args.append([name, self._hex(enc.digest_of(value))])
         published = self.hashes.hashes
         deps = sorted({published[d][:16] for d in task.dependencies if d in published})
         salts = self._salts
@@ -164,9 +169,9 @@ class RecipeMaker:
         hit = self._functions.get(id(func))
         if hit is not None and hit[0] is func:
             return hit[1]
-        parts = [[_qualified(func), _hex(self.code.digest(func))]]
+        parts = [[_qualified(func), self._hex(self.code.digest(func))]]
         if _is_user_function(func):
-            parts.append([parts[0][0] + " body", _hex(self.code.code_digest(func.__code__))])
+            parts.append([parts[0][0] + " body", self._hex(self.code.code_digest(func.__code__))])
             self._globals(func, parts, 0, {id(func)})
         self._functions[id(func)] = (func, parts)
         return parts
@@ -197,15 +202,15 @@ class RecipeMaker:
             return
         seen.add(id(value))
         if _is_user_function(value):
-            parts.append([f"helper {_qualified(value)}", _hex(self.code.digest(value))])
+            parts.append([f"helper {_qualified(value)}", self._hex(self.code.digest(value))])
             if depth < _HELPER_DEPTH:
                 self._globals(value, parts, depth + 1, seen)
         elif isinstance(value, type) or callable(value):
             if library_version((getattr(value, "__module__", None) or "").partition(".")[0]):
                 return  # a library's: its version is in the function's fingerprint
-            parts.append([f"helper {_qualified(value)}", _hex(self.code.digest(value))])
+            parts.append([f"helper {_qualified(value)}", self._hex(self.code.digest(value))])
         else:
-            parts.append([f"global {name}"[:_NAME], _hex(self.enc.digest_of(value))])
+            parts.append([f"global {name}"[:_NAME], self._hex(self.enc.digest_of(value))])
 
 
 def _mark(enc: Encoder, obj: Any) -> None:
@@ -317,7 +322,8 @@ def _refs(node: Any) -> list[Key]:
 
 def recipe_records(graph: Mapping[Key, GraphNode], order: list[Key], outputs: list[Key],
                    hashes: GraphHashes, namespace: str, annotations: Any = None,
-                   only: set[str] | None = None) -> dict[Key, dict[str, Any]]:
+                   only: set[str] | None = None, signing_key: SigningKey | None = None
+                   ) -> dict[Key, dict[str, Any]]:
     """``{"slot", "hash", "label", "recipe"}`` for every hashed key of ``order`` (with
     ``only``, those whose task hash is in it): what ``POST /v1/recipes`` takes."""
     published = hashes.hashes
@@ -325,7 +331,7 @@ def recipe_records(graph: Mapping[Key, GraphNode], order: list[Key], outputs: li
     if not keys:
         return {}
     where = slots(graph, order, hashes.labels, outputs, namespace)
-    made = RecipeMaker(graph, hashes, annotations).many(keys)
+    made = RecipeMaker(graph, hashes, annotations, signing_key).many(keys)
     return {key: {"slot": where[key], "hash": published[key],
                   "label": hashes.labels.get(key, "")[:_NAME], "recipe": recipe}
             for key, recipe in made.items()}

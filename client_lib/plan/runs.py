@@ -182,7 +182,7 @@ def post_recipes(cache: Transport, graph: Mapping[Key, GraphNode], order: list[K
         start = time.thread_time()
         try:
             made = recipe_records(graph, order, outputs, hashes, namespace, annotations,
-                                  only=computed)
+                                  only=computed, signing_key=cache.signing_key)
             if run is not None and made:
                 _post_why(cache, run, graph, hashes, made)
             return list(made.values())

@@ -8,17 +8,19 @@ import json
 
 import dask
 
+from client_lib.core.signing import SigningKey
 from client_lib.hashing.recipes import MAX_PARTS, recipe_records
 from client_lib.plan.hashed import hash_collections
 
 SECRET = "hunter2-very-secret-value"
 
 
-def _records(*collections, namespace: str = "default") -> dict:
-    hashed = hash_collections(list(collections), namespace=namespace, signing_key=None)
+def _records(*collections, namespace: str = "default", key: SigningKey | None = None
+             ) -> dict:
+    hashed = hash_collections(list(collections), namespace=namespace, signing_key=key)
     return {hashed.hashes.labels.get(k, str(k)) + str(i): r for i, (k, r) in enumerate(
         recipe_records(hashed.m.graph, hashed.order, hashed.m.keys, hashed.hashes,
-                       namespace, hashed.m).items())}
+                       namespace, hashed.m, signing_key=key).items())}
 
 
 def connect(password, n):
@@ -64,3 +66,13 @@ def test_recipes_are_bounded():
     (record,) = _records(task).values()
     assert len(record["recipe"]["a"]) == MAX_PARTS
     assert len(json.dumps(record["recipe"])) < 8192
+
+
+def test_with_a_signing_key_the_part_digests_are_keyed():
+    task = dask.delayed(connect)("1234", 1)
+    (plain,) = _records(task).values()
+    (keyed,) = _records(task, key=SigningKey("k" * 40)).values()
+    (again,) = _records(task, key=SigningKey("k" * 40)).values()
+    assert keyed["recipe"] == again["recipe"]
+    assert keyed["recipe"]["a"][0][1] != plain["recipe"]["a"][0][1]
+    assert keyed["hash"] != plain["hash"] and keyed["slot"] == plain["slot"]
