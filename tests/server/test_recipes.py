@@ -9,12 +9,14 @@ from collections.abc import Iterator
 
 import dask
 import httpx
+import numpy as np
 import pytest
 import redis
 
 from cache_server.launch import RunningServer, start_server
 from client_lib import CacheClient, cached_compute, why
 from client_lib.plan.runs import flush_posts
+from client_lib.transport.staging import DIRECT_WRITE_MIN_BYTES
 
 PREFIX = f"why-{uuid.uuid4().hex[:8]}:"
 
@@ -115,3 +117,20 @@ def test_recipes_are_validated_bounded_and_kept_only_for_stored_entries(server):
     answer = httpx.post(f"{server.url}/v1/recipes/previous",
                         json={"slots": [slot], "labels": []}).json()
     assert answer == {"previous": {}, "unrecorded": []}
+
+
+def why_large_result(n):
+    return np.ones(n)
+
+
+@pytest.mark.slow
+def test_an_entry_written_in_place_has_its_recipe_too(server):
+    ns = uuid.uuid4().hex
+    n = DIRECT_WRITE_MIN_BYTES // 8 + 1  # a direct write into the server's staging area
+    _compute(server, ns, dask.delayed(why_large_result)(n))
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'route="/v1/objects/{task_hash}/commit",status="201"' in metrics
+    assert [r.reason for r in why(dask.delayed(why_large_result)(n), cache=server.url,
+                                  namespace=ns)] == ["cached"]
+    found = why(dask.delayed(why_large_result)(n + 1), cache=server.url, namespace=ns)
+    assert [r.reason for r in found] == ["argument 0 changed"]
