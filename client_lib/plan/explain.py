@@ -16,7 +16,7 @@ import json
 import os
 import time
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,7 +67,7 @@ class Why:
     unreadable: int = 0  # stored recipes that did not parse (ignored)
     fallback: str | None = None  # why the cache could not be asked
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[WhyRecord]:
         return iter(self.records)
 
     def __len__(self) -> int:
