@@ -131,6 +131,9 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
+# Workers of a LocalCluster made in this process import and warm the cache as they start.
+importlib.import_module(".worker", __name__).add_worker_preload()
+
 # result-cache.enabled: Dask's entry points through the cache, no code change (a value
 # that is neither yes nor no warns there).
 if _setting("enabled") not in (None, False):

@@ -42,6 +42,7 @@ from .plan.settings import refresh_requested
 from .policy.modes import resolve_policy
 from .routed import OPTIONS, Router
 from .transport.client import CacheClient
+from .worker import add_preload
 
 __all__ = ["dask_setup", "disable", "enable", "enable_from_config", "enabled"]
 
@@ -168,12 +169,7 @@ def _drop_stale_router() -> None:
 
 
 def _add_preload() -> dask.config.set:
-    preload = list(dask.config.get("distributed.client.preload", []) or [])
-    argv = list(dask.config.get("distributed.client.preload-argv", []) or [])
-    update: dict[str, Any] = {"distributed.client.preload": [*preload, PRELOAD]}
-    if argv and not isinstance(argv[0], str):  # one argv per preload: ours takes none
-        update["distributed.client.preload-argv"] = [*argv, []]
-    return dask.config.set(update)
+    return add_preload("distributed.client", PRELOAD)
 
 
 def _remove_preload(state: _Enabled) -> None:

@@ -50,6 +50,10 @@ DEFAULTS = {
         # Route dask.compute, .compute(), dask.persist and a distributed Client's compute,
         # persist and get through the cache when client_lib is imported (client_lib.enable)
         "enabled": False,
+        # Name client_lib.worker in distributed.worker.preload when client_lib is
+        # imported: a LocalCluster made afterwards imports and warms the cache on worker
+        # start, not in its first task (docs/design/transport.md, Warming the workers)
+        "preload-workers": True,
         "auto": {
             # The auto policy's conservative default for loads of a kind and size this
             # process has not loaded yet (client_lib/policy/speeds.py learns the real ones).

@@ -1,10 +1,13 @@
 """The warm-up worker plugin (client_lib/plan/schedulers.py, docs/design/transport.md, Warming the
 workers) through a real ``LocalCluster``: the first ``cached_compute`` with a client warms
 every worker, present or joining later, registering once; a plugin that fails does not fail
-the run."""
+the run. A ``LocalCluster`` made after ``client_lib`` is imported preloads
+``client_lib.worker``: its workers import and warm the cache as they start."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 import uuid
@@ -15,6 +18,7 @@ import pytest
 
 from client_lib import cached_compute, last_report
 from tests._servers import free_port
+from tests.client import _worker_probe
 
 pytestmark = pytest.mark.slow
 
@@ -49,11 +53,13 @@ def _wait_for(client, done, timeout: float = 60.0) -> dict:
 
 @pytest.fixture
 def cluster():
+    """Workers without the ``client_lib.worker`` preload, so the plugin alone warms them."""
     from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
-        with Client(cluster) as client:
-            yield cluster, client
+    with dask.config.set({"distributed.worker.preload": []}):
+        with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster:
+            with Client(cluster) as client:
+                yield cluster, client
 
 
 def test_first_run_warms_every_worker_once_and_joining_workers_too(cache_server, cluster):
@@ -109,3 +115,49 @@ def test_a_plugin_that_cannot_warm_does_not_fail_the_run(cache_server, cluster):
     assert all(isinstance(s["warmed"].get(cache_server.url), float)
                for s in states.values()), states
     assert len(_warm_plugins(client)) == 2
+
+
+#: What the cache's tasks run on a worker (a load, a store, a lease) and httpx's transport.
+WORKER_MODULES = ["client_lib.execution.tasks", "client_lib.execution.store",
+                  "client_lib.execution.leases", "client_lib.wire.codec", "httpcore"]
+
+
+def test_a_local_cluster_made_after_import_preloads_and_warms_its_workers(cache_server):
+    from distributed import Client, LocalCluster
+
+    url = cache_server.url
+    assert "client_lib.worker" in dask.config.get("distributed.worker.preload")
+    with dask.config.set({"result-cache.url": url}), \
+            LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        # Before any task of ours: every worker imported the cache's worker-side modules...
+        loaded = client.run(_worker_probe.loaded, WORKER_MODULES)
+        assert len(loaded) == 2
+        assert all(all(modules.values()) for modules in loaded.values()), loaded
+        # ...and warmed the configured cache's shared client in the background.
+        deadline = time.monotonic() + 60
+        while True:
+            warmed = client.run(_worker_probe.warmed)
+            if all(url in (w or {}) for w in warmed.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert all(isinstance(w[url], float) for w in warmed.values()), warmed
+        # A run whose cache comes from config stores, then loads, on those workers.
+        ns = uuid.uuid4().hex
+        for _ in range(2):
+            (value,) = cached_compute(_double(np.arange(6.0)), namespace=ns, scheduler=client)
+            np.testing.assert_array_equal(value, np.arange(6.0) * 2)
+        assert last_report().loaded == 1 and last_report().fallback is None
+
+
+def test_the_preload_is_not_added_when_config_says_no():
+    code = ("import client_lib, dask; "
+            "print('client_lib.worker' in dask.config.get('distributed.worker.preload', []))")
+    env = {**os.environ, "DASK_RESULT_CACHE__PRELOAD_WORKERS": "false"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env)
+    assert out.stdout.strip() == "False"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={k: v for k, v in env.items()
+                                          if k != "DASK_RESULT_CACHE__PRELOAD_WORKERS"})
+    assert out.stdout.strip() == "True"
