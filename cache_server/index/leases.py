@@ -234,15 +234,24 @@ class LeaseStore:
                       ttl: float) -> tuple[list[str], list[str], list[str]]:
         """(granted, stored, held by another), each in request order. ``hashes``: distinct
         (the service makes sure)."""
+        out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
+        for task_hash, flag in zip(hashes, await self.acquire_flags(hashes, holder, ttl),
+                                   strict=True):
+            out[flag].append(task_hash)
+        return out["0"], out["1"], out["2"]
+
+    async def acquire_flags(self, hashes: Sequence[str], holder: str, ttl: float) -> str:
+        """:meth:`acquire`'s answer as one digit per hash, in request order: ``0`` granted,
+        ``1`` stored, ``2`` held by another. A hash sent twice answers twice (its second
+        time as the holder's own lease)."""
         if not hashes:
-            return [], [], []
+            return ""
         head = [holder, _ms(ttl), repr(time.time())]
         answers = await self._per_shard(hashes, lambda shard, part: self._acquire(
             keys=self._keys(shard), args=[*head, *part]))
-        out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
-        for task_hash, flag in _in_order(hashes, answers):
-            out[flag].append(task_hash)
-        return out["0"], out["1"], out["2"]
+        if len(answers) == 1:
+            return _text(answers[0][1])
+        return "".join(flag for _, flag in _in_order(hashes, answers))
 
     async def renew(self, hashes: Sequence[str], holder: str, ttl: float,
                     estimates: dict[str, float]) -> tuple[list[str], list[str]]:
@@ -321,10 +330,14 @@ def _in_order(hashes: Sequence[str], answers: list[tuple[list[str], Any]]
     """(hash, its digit) in request order, from the shards' answers (one digit per hash)."""
     if len(answers) == 1:
         part, answer = answers[0]
-        return zip(part, str(answer), strict=True)
+        return zip(part, _text(answer), strict=True)
     flags = {h: flag for part, answer in answers
-             for h, flag in zip(part, str(answer), strict=True)}
+             for h, flag in zip(part, _text(answer), strict=True)}
     return ((h, flags[h]) for h in hashes)
+
+
+def _text(answer: Any) -> str:
+    return answer.decode("ascii") if isinstance(answer, bytes) else str(answer)
 
 
 def _ms(seconds: float) -> str:

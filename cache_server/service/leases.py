@@ -11,6 +11,9 @@ from cache_server.service.errors import InvalidLease
 
 __all__ = ["LeaseState", "Leases"]
 
+#: The lease script's digits as the packed route's bytes (b"0" -> 0, ...).
+_DIGIT_BYTES = bytes.maketrans(b"012", b"\x00\x01\x02")
+
 
 @dataclass(frozen=True)
 class LeaseState:
@@ -42,6 +45,18 @@ class Leases:
                       ttl: float) -> tuple[list[str], list[str], list[str]]:
         """(granted, stored, leased by another holder)."""
         return await self.store.acquire(self._bounded(hashes), holder, ttl)
+
+    async def acquire_packed(self, packed: bytes, holder: str, ttl: float) -> bytes:
+        """:meth:`acquire` for 32-character hashes sent back to back (validated): one byte
+        per hash, in order, 0 granted, 1 stored, 2 leased by another holder."""
+        count = len(packed) // 32
+        if count > self.max_hashes:
+            raise InvalidLease(f"{count} hashes in one lease request; the limit is "
+                               f"{self.max_hashes}")
+        text = packed.decode("ascii")
+        hashes = [text[i:i + 32] for i in range(0, len(text), 32)]
+        flags = await self.store.acquire_flags(hashes, holder, ttl)
+        return flags.encode("ascii").translate(_DIGIT_BYTES)
 
     async def renew(self, hashes: list[str], holder: str, ttl: float,
                     estimates: dict[str, float]) -> tuple[list[str], list[str]]:

@@ -55,6 +55,46 @@ def test_a_large_lease_request_answers_every_hash_in_order(client):
     assert answer["granted"] == [h for h in hashes if h not in stored + held]
 
 
+def lease_packed(client: httpx.Client, holder: str, *hashes: str, ttl: object = 60.0,
+                 content: bytes | None = None) -> httpx.Response:
+    return client.post("/v1/leases/packed", params={"holder": holder, "ttl": ttl},
+                       content="".join(hashes).encode() if content is None else content)
+
+
+def test_the_packed_lease_answers_one_byte_per_hash_in_order(client):
+    # The same chunk boundaries as above, through the packed route: 0 granted, 1 stored,
+    # 2 held by another; the leases it grants are the JSON route's leases.
+    a, b = "run-" + uuid.uuid4().hex, "run-" + uuid.uuid4().hex
+    hashes = [new_hash() for _ in range(9000)]
+    stored, held = [hashes[1999], hashes[2000], hashes[8999]], [hashes[0], hashes[4001]]
+    for h in stored:
+        assert put(client, h, encode_pickle(h)).status_code == 201
+    assert lease(client, b, *held).json()["granted"] == held
+    response = lease_packed(client, a, *hashes, ttl=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/octet-stream"
+    expected = bytes(1 if h in stored else 2 if h in held else 0 for h in hashes)
+    assert response.content == expected
+    state = client.get(f"/v1/leases/{hashes[1]}").json()
+    assert state["leased"] and 0 < state["ttl"] <= 30
+    assert lease(client, b, hashes[1]).json()["held"] == [hashes[1]]  # a's lease now
+    assert lease_packed(client, a, hashes[1]).content == b"\x00"  # its own: renewed
+    assert lease_packed(client, a).content == b""
+    released = client.post("/v1/leases/release", json={"holder": a, "hashes": hashes})
+    assert released.json()["released"] == len(hashes) - len(stored) - len(held)
+
+
+def test_the_packed_lease_is_bounded(client):
+    h = new_hash()
+    for holder, ttl, content in (("x", 0.5, None), ("x", 7200, None), ("x", "nan", None),
+                                 ("x", "soon", None), ("has space", 60, None),
+                                 ("x" * 65, 60, None), ("", 60, None),
+                                 ("x", 60, h.encode()[:31]), ("x", 60, h.upper().encode())):
+        response = lease_packed(client, holder, h, ttl=ttl, content=content)
+        assert response.status_code == 422, (holder, ttl, content)
+    assert not client.get(f"/v1/leases/{h}").json()["leased"]  # nothing was taken
+
+
 def test_a_store_ends_the_lease_and_waiters_see_it_stored(client):
     holder, h = "run-" + uuid.uuid4().hex, new_hash()
     lease(client, holder, h)

@@ -8,14 +8,17 @@ store); reading a lease's state needs a read token. Batches are bounded by
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import math
+import re
+
+from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from cache_server.api.auth import WriteAccess
+from cache_server.api.auth import Scope, WriteAccess, refusal
 from cache_server.api.dependencies import CacheDep, TaskHash
 from cache_server.api.errors import InvalidRequest
 from cache_server.api.responses import errors
-from cache_server.api.routers.lookup import first_malformed
+from cache_server.api.routers.lookup import PACKED, PlainRoute, first_malformed, packed_hashes
 from cache_server.models import (
     LeaseGrant,
     LeaseRelease,
@@ -25,6 +28,8 @@ from cache_server.models import (
     LeaseState,
     LeaseUpdate,
 )
+from cache_server.service.cache import ResultCache
+from client_lib.wire.bounds import MAX_LEASE_SECONDS, MIN_LEASE_SECONDS
 
 __all__ = ["router"]
 
@@ -54,6 +59,51 @@ async def acquire(body: LeaseRequest, cache: CacheDep) -> Response:
     text = (f'{{"granted":{_json_list(granted)},"stored":{_json_list(stored)},'
             f'"held":{_json_list(held)}}}')
     return Response(text.encode("ascii"), media_type="application/json")
+
+
+_HOLDER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+async def acquire_packed(request: Request) -> Response:
+    """``POST /v1/leases`` for hashes sent back to back, ``holder`` and ``ttl`` in the
+    query: one byte per hash answers, in order (0 granted, 1 stored, 2 held)."""
+    denied = await refusal(request, Scope.write)
+    if denied is not None:
+        raise denied
+    holder = request.query_params.get("holder", "")
+    if _HOLDER.fullmatch(holder) is None:
+        raise InvalidRequest(f"holder {holder[:80]!r}: need 1-64 of [A-Za-z0-9_.-]")
+    try:
+        ttl = float(request.query_params.get("ttl", "60"))
+    except ValueError:
+        ttl = math.nan
+    if not MIN_LEASE_SECONDS <= ttl <= MAX_LEASE_SECONDS:  # also NaN
+        raise InvalidRequest(f"ttl must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS:g} s")
+    packed = packed_hashes(await request.body())
+    cache: ResultCache = request.app.state.cache
+    answer = await cache.leases.acquire_packed(packed, holder, ttl)
+    return Response(answer, media_type=PACKED)
+
+
+router.add_api_route(
+    "/v1/leases/packed",
+    acquire_packed,
+    methods=["POST"],
+    route_class_override=PlainRoute,
+    response_class=Response,
+    openapi_extra={
+        "parameters": [
+            {"name": "holder", "in": "query", "required": True, "schema": {"type": "string"}},
+            {"name": "ttl", "in": "query", "schema": {"type": "number", "default": 60}},
+        ],
+        "requestBody": {"required": True, "content": {PACKED: {"schema": {
+            "type": "string", "format": "binary",
+            "description": "task hashes, 32 lowercase hex characters each, back to back"}}}},
+    },
+    responses={**errors(403), 200: {"content": {PACKED: {"schema": {
+        "type": "string", "format": "binary",
+        "description": "one byte per hash, in order: 0 granted, 1 stored, 2 held"}}}}},
+)
 
 
 @router.post("/v1/leases/renew", dependencies=[WriteAccess], responses=errors(403))

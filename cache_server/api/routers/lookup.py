@@ -25,7 +25,7 @@ from cache_server.service.cache import ResultCache
 from cache_server.settings import Settings
 from storage import is_digest
 
-__all__ = ["router"]
+__all__ = ["PACKED", "PlainRoute", "first_malformed", "packed_hashes", "router"]
 
 router = APIRouter(tags=["lookup"])
 
@@ -59,7 +59,7 @@ async def lookup(body: LookupRequest, cache: CacheDep, settings: SettingsDep) ->
     return Response(text.encode("ascii"), media_type="application/json")
 
 
-_PACKED = "application/octet-stream"
+PACKED = "application/octet-stream"
 
 
 class PlainRoute(APIRoute):
@@ -80,20 +80,25 @@ async def lookup_packed(request: Request) -> Response:
         raise denied
     settings: Settings = request.app.state.settings
     cache: ResultCache = request.app.state.cache
-    packed = await request.body()
+    packed = packed_hashes(await request.body())
+    if len(packed) // 32 > settings.max_lookup_hashes:
+        raise InvalidRequest(f"{len(packed) // 32} hashes in one lookup; the limit is "
+                             f"{settings.max_lookup_hashes}")
+    answer = await cache.lookup_packed(packed)
+    return Response(answer, media_type=PACKED)
+
+
+def packed_hashes(packed: bytes) -> bytes:
+    """``packed`` if it is 32-byte lowercase hex hashes back to back, else 422."""
     count, rest = divmod(len(packed), 32)
     if rest:
         raise InvalidRequest(f"{len(packed)} bytes is not a whole number of 32-byte hashes")
-    if count > settings.max_lookup_hashes:
-        raise InvalidRequest(
-            f"{count} hashes in one lookup; the limit is {settings.max_lookup_hashes}")
     if packed.translate(None, _HEX_DIGITS):
         bad = next(i for i in range(count) if packed[32 * i:32 * i + 32].translate(
             None, _HEX_DIGITS))
         raise InvalidRequest(f"malformed task hash {packed[32 * bad:32 * bad + 32]!r} at "
                              f"position {bad}: need 32 lowercase hex")
-    answer = await cache.lookup_packed(packed)
-    return Response(answer, media_type=_PACKED)
+    return packed
 
 
 router.add_api_route(
@@ -102,10 +107,10 @@ router.add_api_route(
     methods=["POST"],
     route_class_override=PlainRoute,
     response_class=Response,
-    openapi_extra={"requestBody": {"required": True, "content": {_PACKED: {"schema": {
+    openapi_extra={"requestBody": {"required": True, "content": {PACKED: {"schema": {
         "type": "string", "format": "binary",
         "description": "task hashes, 32 lowercase hex characters each, back to back"}}}}},
-    responses={200: {"content": {_PACKED: {"schema": {
+    responses={200: {"content": {PACKED: {"schema": {
         "type": "string", "format": "binary",
         "description": "one byte per hash, in order: 1 if indexed, 0 if not"}}}}},
 )
