@@ -23,6 +23,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import xxhash
 from dask._task_spec import (
     Alias,
     DataNode,
@@ -55,6 +56,9 @@ KEY_VERSION = 4
 
 Key = Hashable
 _CONTAINERS = {List: b"[", Tuple: b"(", Set: b"<", Dict: b"{"}
+#: Arguments encoded as they come: cheap, or one task's own (a dependency).
+_DIRECT = frozenset({TaskRef, Alias, int, float, bool, str, bytes, type(None)})
+_xxh3 = xxhash.xxh3_128_digest
 
 
 @dataclass
@@ -108,6 +112,10 @@ class GraphHasher:
         self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
         self._heads: dict[int, tuple[Any, bytes]] = {}  # see _task_body
+        # A graph task's argument (or keyword value) of a type not in _DIRECT, by id: the
+        # bytes it encodes to, written again for every task sharing it (a frame's meta, a
+        # template array, an options dict). Ids are stable: the value is held here too.
+        self._shared: dict[int, tuple[Any, bytes]] = {}
         in_graph = {
             TaskRef: self._ref,
             Alias: self._alias,
@@ -122,8 +130,23 @@ class GraphHasher:
 
     def run(self, order: list[Key]) -> GraphHashes:
         result = self.result
+        # Members of a function's family (plain graph tasks of a function already hashed
+        # once, so its head is known) whose arguments are dependencies and small numbers
+        # go through _member_digest: the same bytes, without the encoder.
+        members = not (self._reads_cache or self._reads_version)
+        graph, digests, heads, keyed = self.graph, self.digests, self._heads, self.signing_key
         for key in order:
-            node = self.graph[key]
+            node = graph[key]
+            if members and type(node) is Task:
+                head = heads.get(id(node.func))
+                if head is not None and head[0] is node.func and not node.kwargs:
+                    digest = self._member_digest(head[1], node.args)
+                    if digest is not None:
+                        digests[key] = digest
+                        result.hashes[key] = (digest.hex() if keyed is None
+                                              else keyed.keyed_hash(digest))
+                        result.labels[key] = self._label(node.func)
+                        continue
             try:
                 digest = self._node_digest(key, node)
             except _VolatileDependency:
@@ -139,6 +162,27 @@ class GraphHasher:
             result.hashes[key] = (digest.hex() if self.signing_key is None
                                   else self.signing_key.keyed_hash(digest))
         return result
+
+    def _member_digest(self, head: bytes, args: tuple) -> bytes | None:
+        """The digest :meth:`_node_digest` gives a plain task with this cached ``head`` and
+        these arguments, when each is a dependency already hashed, an int or ``None``
+        (the encoder's bytes for them, written here); ``None`` for any other argument."""
+        parts = [self.prefix, head, b"(%d:" % len(args)]
+        digests = self.digests
+        for arg in args:
+            kind = type(arg)
+            if kind is TaskRef:
+                digest = digests.get(arg.key)
+                if digest is None:
+                    return None  # volatile, or not hashed yet: the general path says
+                parts.append(b"R" + digest)
+            elif kind is int:
+                parts.append(b"i%d;" % arg)
+            elif arg is None:
+                parts.append(b"N")
+            else:
+                return None
+        return _xxh3(b"".join(parts))
 
     def _node_digest(self, key: Key, node: GraphNode) -> bytes:
         if isinstance(node, Alias):
@@ -196,14 +240,30 @@ class GraphHasher:
             # set(List(...)): Dask lists a set's members (delayed({a, b})) in the order
             # the set iterates them, which PYTHONHASHSEED changes; the set does not care.
             args = (Set(*args[0].args),)
+        write = self._write_shared if top else enc.encode
         enc.write_raw(b"(%d:" % len(args))
         for arg in args:
-            enc.encode(arg)
+            write(arg)
         if task.kwargs:
             enc.write_raw(b"{%d:" % len(task.kwargs))
             for name in sorted(task.kwargs):
                 enc.write_name(name)
-                enc.encode(task.kwargs[name])
+                write(task.kwargs[name])
+
+    def _write_shared(self, arg: Any) -> None:
+        """``enc.encode(arg)`` for a graph task's argument; an argument many tasks share
+        (the same object) is encoded once per pass and its bytes written again."""
+        enc = self.enc
+        if type(arg) in _DIRECT:
+            enc.encode(arg)
+            return
+        known = self._shared.get(id(arg))
+        if known is not None and known[0] is arg:
+            enc.write_raw(known[1])
+            return
+        start = enc.position()
+        enc.encode(arg)
+        self._shared[id(arg)] = (arg, enc.written_since(start))
 
     def _container(self, node: NestedContainer) -> None:
         enc = self.enc

@@ -394,3 +394,38 @@ def test_compiled_user_code_is_identified_by_its_file(tmp_path, monkeypatch):
     after = hashed()
     assert after["f"] != before["f"] and after["c"] != before["c"]
     monkeypatch.delitem(sys.modules, "_xxhash")
+
+
+def _scale(x, factor, meta=None):
+    return x * factor
+
+
+def test_a_family_member_hashes_as_it_would_alone():
+    """Tasks of one function are hashed as a family (its head once, members from their
+    dependencies' digests; an argument they share encoded once per pass): every member
+    gets the hash it gets alone, in a graph where no shortcut applies (an annotation
+    anywhere sends every task through the general path), and after its shared argument
+    changes."""
+    import pandas as pd
+
+    meta = pd.DataFrame({"a": [1.0, 2.0]})
+    leaves = [dask.delayed(_scale, pure=True)(i, 2, dask_key_name=f"leaf-{i}")
+              for i in range(6)]
+    shared = [dask.delayed(_scale, pure=True)(leaf, 3, meta, dask_key_name=f"meta-{i}")
+              for i, leaf in enumerate(leaves)]
+    family = task_hashes(shared)
+    assert None not in family.values() and len(family) == 12
+    for i in (0, 5):
+        alone = task_hashes(shared[i])
+        assert alone[f"meta-{i}"] == family[f"meta-{i}"]
+        assert alone[f"leaf-{i}"] == family[f"leaf-{i}"]
+    with dask.annotate(cache_version="1"):
+        marked = dask.delayed(_scale, pure=True)(1, 1, dask_key_name="marked")
+    general = task_hashes([*shared, marked])
+    assert {k: general[k] for k in family} == family
+    # Per pass: the shared argument is read again in the next one.
+    meta.iloc[0, 0] = 5.0
+    edited = task_hashes(shared)
+    assert all(edited[f"meta-{i}"] != family[f"meta-{i}"] for i in range(6))
+    assert all(edited[f"leaf-{i}"] == family[f"leaf-{i}"] for i in range(6))
+    assert len(set(family.values())) == 12
