@@ -89,6 +89,7 @@ class Encoder:
                  fingerprints: Callable[[Encoder], CodeFingerprints]) -> None:
         self._out: list[bytes] = []
         self._stack: list[int] = []  # ids of containers being walked (cycle guard)
+        self._shared: dict[int, tuple[Any, bytes]] = {}  # see write_shared
         self._handlers = handlers
         self._code = fingerprints(self)
         # Built-in types by their methods; other types join on first sight, their
@@ -144,6 +145,19 @@ class Encoder:
     def written_since(self, position: int) -> bytes:
         """The bytes written since :meth:`position` returned ``position``, in this block."""
         return b"".join(self._out[position:])
+
+    def write_shared(self, obj: Any, write: Callable[[Any], None] | None = None) -> None:
+        """``write(obj)`` (default :meth:`encode`) the first time this encoder meets
+        ``obj``; for the same object later, the bytes it wrote then. Only for what cannot
+        change while the encoder lives (one hashing pass): a graph task's arguments. The
+        encoder holds ``obj``, so its id is never reused."""
+        known = self._shared.get(id(obj))
+        if known is not None and known[0] is obj:
+            self._out.append(known[1])
+            return
+        start = len(self._out)
+        (write or self.encode)(obj)
+        self._shared[id(obj)] = (obj, b"".join(self._out[start:]))
 
     def write_raw(self, data: bytes) -> None:
         """Bytes as they are: a type tag, a digest, a length-prefixed piece."""

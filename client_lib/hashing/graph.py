@@ -112,10 +112,6 @@ class GraphHasher:
         self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
         self._heads: dict[int, tuple[Any, bytes]] = {}  # see _task_body
-        # A graph task's argument (or keyword value) of a type not in _DIRECT, by id: the
-        # bytes it encodes to, written again for every task sharing it (a frame's meta, a
-        # template array, an options dict). Ids are stable: the value is held here too.
-        self._shared: dict[int, tuple[Any, bytes]] = {}
         in_graph = {
             TaskRef: self._ref,
             Alias: self._alias,
@@ -253,17 +249,10 @@ class GraphHasher:
     def _write_shared(self, arg: Any) -> None:
         """``enc.encode(arg)`` for a graph task's argument; an argument many tasks share
         (the same object) is encoded once per pass and its bytes written again."""
-        enc = self.enc
         if type(arg) in _DIRECT:
-            enc.encode(arg)
-            return
-        known = self._shared.get(id(arg))
-        if known is not None and known[0] is arg:
-            enc.write_raw(known[1])
-            return
-        start = enc.position()
-        enc.encode(arg)
-        self._shared[id(arg)] = (arg, enc.written_since(start))
+            self.enc.encode(arg)
+        else:  # a frame's meta, a template array, an options dict: once per pass
+            self.enc.write_shared(arg)
 
     def _container(self, node: NestedContainer) -> None:
         enc = self.enc
