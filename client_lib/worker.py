@@ -42,7 +42,8 @@ def add_worker_preload() -> None:
     import twice what is imported already; the check keeps the config readable."""
     if setting("preload-workers") in (False, 0, "0", "false", "False", "no"):
         return
-    if PRELOAD not in (dask.config.get("distributed.worker.preload", []) or []):
+    preload = dask.config.get("distributed.worker.preload", []) or []
+    if PRELOAD != preload and PRELOAD not in (preload if isinstance(preload, list) else []):
         add_preload("distributed.worker", PRELOAD)
 
 
@@ -51,7 +52,8 @@ def add_preload(section: str, module: str) -> dask.config.set:
     is ``distributed.worker`` or ``distributed.client``), with an empty argv when the
     argvs are given one list per preload. The returned ``dask.config.set`` puts the
     previous values back on ``__exit__``."""
-    preload = list(dask.config.get(f"{section}.preload", []) or [])
+    preload = dask.config.get(f"{section}.preload", []) or []
+    preload = [preload] if isinstance(preload, str) else list(preload)  # one, as distributed
     argv = list(dask.config.get(f"{section}.preload-argv", []) or [])
     update: dict[str, Any] = {f"{section}.preload": [*preload, module]}
     if argv and not isinstance(argv[0], str):  # one argv per preload: ours takes none

@@ -150,9 +150,17 @@ def test_a_local_cluster_made_after_import_preloads_and_warms_its_workers(cache_
         assert last_report().loaded == 1 and last_report().fallback is None
 
 
-def test_the_preload_is_not_added_when_config_says_no():
+def test_the_preload_is_added_once_beside_others_unless_config_says_no():
     code = ("import client_lib, dask; "
             "print('client_lib.worker' in dask.config.get('distributed.worker.preload', []))")
+    listed = ("import client_lib, dask, distributed; "
+              "print(dask.config.get('distributed.worker.preload'))")
+    for given, expected in (("mine.setup", "['mine.setup', 'client_lib.worker']"),
+                            ('["client_lib.worker"]', "['client_lib.worker']")):
+        out = subprocess.run([sys.executable, "-c", listed], capture_output=True, text=True,
+                             check=True, env={**os.environ,
+                                              "DASK_DISTRIBUTED__WORKER__PRELOAD": given})
+        assert out.stdout.strip() == expected, given
     env = {**os.environ, "DASK_RESULT_CACHE__PRELOAD_WORKERS": "false"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env)
