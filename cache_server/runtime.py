@@ -21,6 +21,7 @@ from cache_server.index.embedded import EmbeddedRedis
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.service.cache import ResultCache
+from cache_server.service.leases import LeaseBounds
 from cache_server.settings import Settings
 from storage import open_storage
 
@@ -69,6 +70,8 @@ async def open_cache(
             settings.body_timeout,
             settings.max_body_memory,
             settings.zero_copy_min_bytes,
+            lease_bounds=LeaseBounds(settings.max_lease_ttl, settings.max_lease_estimate,
+                                     settings.max_leases, settings.max_client_leases),
         )
     finally:
         if index is not None:

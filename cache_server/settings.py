@@ -13,7 +13,12 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache_server.index.client import parse_redis_url
-from client_lib.wire.bounds import LEASE_BATCH
+from client_lib.wire.bounds import (
+    LEASE_BATCH,
+    MAX_COMPUTE_SECONDS,
+    MAX_LEASE_SECONDS,
+    MIN_LEASE_SECONDS,
+)
 from storage import storage_url_problem
 
 __all__ = ["Settings", "parse_size"]
@@ -141,6 +146,25 @@ class Settings(BaseSettings):
     max_lookup_hashes: int = Field(default=1_000_000, gt=0, description="most hashes in one lookup")
     max_lease_hashes: int = Field(
         default=LEASE_BATCH, gt=0, description="most hashes in one lease request"
+    )
+    max_lease_ttl: float = Field(
+        default=600.0, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS,
+        description="longest lease granted without renewal (a longer TTL asked is cut to it)",
+    )
+    max_lease_estimate: float = Field(
+        default=3600.0, ge=0, le=MAX_COMPUTE_SECONDS,
+        description="largest compute-time estimate a lease records (a holder's word, shown "
+        "to waiters; larger ones are cut to it)",
+    )
+    max_leases: int = Field(
+        default=1_000_000, gt=0,
+        description="outstanding leases in all (~150 bytes of Redis each); a request that "
+        "could pass it is answered 429",
+    )
+    max_client_leases: int = Field(
+        default=200_000, gt=0,
+        description="outstanding leases per client (its token, or its address without "
+        "tokens); a request that could pass it is answered 429",
     )
     events_maxlen: int = Field(
         default=10_000, gt=0, description="events kept (approximately) for /v1/events"

@@ -26,6 +26,7 @@ from cache_server.service.errors import (
     InvalidUpload,
     NoRoom,
     RunNotFound,
+    TooManyLeases,
 )
 from storage import (
     CorruptObject,
@@ -79,6 +80,7 @@ STATUS: dict[type[Exception], int] = {
     Forbidden: 403,
     InvalidUpload: 422,
     InvalidLease: 422,
+    TooManyLeases: 429,
     EntryNotFound: 404,
     RunNotFound: 404,
     BodyTooLarge: 413,
@@ -134,7 +136,7 @@ async def answer_error(request: Request, exc: Exception) -> JSONResponse:
     response = JSONResponse({"detail": _message(exc)}, status_code=status_of(exc))
     if isinstance(exc, ApiError):
         response.headers.update(exc.headers or {})
-    if isinstance(exc, Busy):
+    if isinstance(exc, Busy | TooManyLeases):
         response.headers["Retry-After"] = str(exc.retry_after)
     elif isinstance(exc, _UNAVAILABLE):
         response.headers["Retry-After"] = _RETRY_AFTER_OUTAGE

@@ -23,6 +23,7 @@ _DESCRIPTIONS = {
     409: "the storage takes no staged objects (of this kind): upload with PUT",
     413: "body larger than the server accepts",
     422: "malformed hash, header, query or body",
+    429: "too many leases outstanding (max_leases, max_client_leases; see Retry-After)",
     503: "the index (Redis) is unreachable, or the server is at a limit that frees itself "
          "(max_uploads, max_body_memory; see Retry-After)",
     507: "no room: larger than max_bytes, the cache is full of pinned entries, or disk full",

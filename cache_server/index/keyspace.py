@@ -71,6 +71,10 @@ class Shard:
     def refs(self, digest: str) -> str:
         return f"{self.prefix}refs:{digest}"
 
+    def lease_quota(self, client: str) -> str:
+        """How many leases ``client`` took and did not release (docs/protocol.md, "Leases")."""
+        return f"{self.prefix}lease-quota:{client}"
+
 
 class Keyspace:
     """The names of one cache's keys under ``prefix``; ``sharded`` for a Redis Cluster.

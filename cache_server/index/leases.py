@@ -28,7 +28,7 @@ from typing import Any
 from cache_server.index.keyspace import Shard
 from cache_server.index.topology import Topology
 
-__all__ = ["LeaseStatus", "LeaseStore"]
+__all__ = ["LeaseBound", "LeaseStatus", "LeaseStore"]
 
 # Shared by the scripts. Lease values are split into their deadline and the rest (holder,
 # estimate); ``owner(holder)`` tests whether such a rest is the holder's. ``stored``
@@ -69,19 +69,28 @@ local function stored(hashes)
 end
 """
 
-# KEYS: members set, expiry zset, leases hash. ARGV: holder, ttl ms, now, then the hashes
-# (each once). Answers one digit per hash: 0 granted (new, expired, or already this
-# holder's: renewed, its estimate kept), 1 stored, 2 leased by another holder. The common
-# case (a hash nobody stores or leases) costs its share of one SMISMEMBER, one HMGET and
-# one HSET per chunk.
+# KEYS: members set, expiry zset, leases hash, the client's quota counter. ARGV: holder,
+# ttl ms, now, the most lease fields in all, the client's quota, then the hashes (each
+# once). Answers one digit per hash: 0 granted (new, expired, or already this holder's:
+# renewed, its estimate kept), 1 stored, 2 leased by another holder; or, granting nothing,
+# 'T' if the leases hash could pass its bound or 'C' the client's quota (both checked
+# against the request's size first: no hash is half-leased). The quota counter counts
+# the leases the client took and did not release, and lives as long as a lease (ttl): a
+# stored hash's lease ends without a release, so it counts until then. The common case (a
+# hash nobody stores or leases) costs its share of one SMISMEMBER, one HMGET and one HSET
+# per chunk.
 _ACQUIRE = _COMMON + """
 local holder, owns = ARGV[1], owner(ARGV[1])
+local n = #ARGV - 5
+if redis.call('HLEN', KEYS[3]) + n > tonumber(ARGV[4]) then return 'T' end
+local taken = tonumber(redis.call('GET', KEYS[4]) or '0')
+if taken + n > tonumber(ARGV[5]) then return 'C' end
 local now = now_ms()
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
 local fresh = deadline .. ' ' .. holder
-local out, n = {}, #ARGV - 3
+local out, new = {}, 0
 for first = 1, n, CHUNK do
-  local hashes = {unpack(ARGV, first + 3, math.min(first + CHUNK - 1, n) + 3)}
+  local hashes = {unpack(ARGV, first + 5, math.min(first + CHUNK - 1, n) + 5)}
   local member = stored(hashes)
   local current = redis.call('HMGET', KEYS[3], unpack(hashes))
   local set = {}
@@ -94,9 +103,12 @@ for first = 1, n, CHUNK do
       local until_ms, rest = split(current[k])
       if until_ms > now then
         if owns(rest) then value = deadline .. ' ' .. rest else value = nil end
+      else
+        new = new + 1
       end
       out[first + k - 1] = value and '0' or '2'
     else
+      new = new + 1
       out[first + k - 1] = '0'
     end
     if value then
@@ -106,45 +118,65 @@ for first = 1, n, CHUNK do
   end
   if #set > 0 then redis.call('HSET', KEYS[3], unpack(set)) end
 end
+if new > 0 then
+  redis.call('INCRBY', KEYS[4], new)
+  if redis.call('PTTL', KEYS[4]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  end
+end
 return table.concat(out)
 """
 
-# KEYS: members set, expiry zset, leases hash. ARGV: holder, ttl ms, now, then per hash
-# its hash and its estimate ('' if unknown). One digit per hash: 1 renewed (or re-taken:
-# it had expired and nobody took it), 0 lost (stored, or another holder's).
+# KEYS: members set, expiry zset, leases hash, the client's quota counter. ARGV: holder,
+# ttl ms, now, the most lease fields in all, then per hash its hash and its estimate (''
+# if unknown). One digit per hash: 1 renewed (or re-taken: it had expired and nobody took
+# it; a field swept meanwhile only while the hash is within its bound), 0 lost (stored, or
+# another holder's). The quota counter lives as long as the renewed leases, and counts them at
+# least (renewing is no way around the quota).
 _RENEW = _COMMON + """
 local holder, owns = ARGV[1], owner(ARGV[1])
 local now = now_ms()
 local deadline = string.format('%.0f', now + tonumber(ARGV[2]))
-local out, n = {}, (#ARGV - 3) / 2
+local out, n, renewed = {}, (#ARGV - 4) / 2, 0
+local room = tonumber(ARGV[4]) - redis.call('HLEN', KEYS[3])
 for first = 1, n, CHUNK do
   local hashes = {}
-  for j = first, math.min(first + CHUNK - 1, n) do hashes[#hashes + 1] = ARGV[2 * j + 2] end
+  for j = first, math.min(first + CHUNK - 1, n) do hashes[#hashes + 1] = ARGV[2 * j + 3] end
   local member = stored(hashes)
   local current = redis.call('HMGET', KEYS[3], unpack(hashes))
   local set = {}
   for k = 1, #hashes do
-    local free = member[k] == 0 and not current[k]
+    local free = member[k] == 0 and not current[k] and room > 0
+    if free then room = room - 1 end  -- a new field: only within the bound
     if member[k] == 0 and current[k] then
       local until_ms, rest = split(current[k])
       free = until_ms <= now or owns(rest)
     end
     if free then
       local value = deadline .. ' ' .. holder
-      local estimate = ARGV[2 * (first + k - 1) + 3]
+      local estimate = ARGV[2 * (first + k - 1) + 4]
       if estimate ~= '' then value = value .. ' ' .. estimate end
       set[#set + 1] = hashes[k]
       set[#set + 1] = value
+      renewed = renewed + 1
     end
     out[first + k - 1] = free and '1' or '0'
   end
   if #set > 0 then redis.call('HSET', KEYS[3], unpack(set)) end
 end
+if renewed > 0 then
+  local taken = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if taken < renewed then redis.call('SET', KEYS[4], renewed, 'PX', ARGV[2])
+  elseif redis.call('PTTL', KEYS[4]) < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[4], ARGV[2])
+  end
+end
 return table.concat(out)
 """
 
-# KEYS: leases hash. ARGV: holder, then the hashes (each once). Deletes the holder's
-# leases; answers how many had not expired.
+# KEYS: leases hash, the releasing client's quota counter. ARGV: holder, then the hashes
+# (each once). Deletes the holder's leases (and gives them back to the client's quota);
+# answers how many had not expired.
 _RELEASE = _COMMON + """
 local owns = owner(ARGV[1])
 local now = now_ms()
@@ -163,6 +195,11 @@ for first = 1, n, CHUNK do
     end
   end
   if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
+end
+local taken = tonumber(redis.call('GET', KEYS[2]) or '0')
+if taken > 0 then
+  if released >= taken then redis.call('DEL', KEYS[2])
+  else redis.call('DECRBY', KEYS[2], released) end
 end
 return released
 """
@@ -193,6 +230,16 @@ return {redis.call('HGET', KEYS[1], ARGV[1]), t[1], t[2]}
 _SWEEP_PAGE = 1000
 
 
+class LeaseBound(Exception):
+    """A lease request that would pass a bound: ``which`` is ``"total"`` (the leases hash)
+    or ``"client"`` (the requesting client's quota). Nothing was leased."""
+
+    def __init__(self, which: str, limit: int) -> None:
+        super().__init__(which, limit)
+        self.which = which
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class LeaseStatus:
     leased: bool
@@ -205,9 +252,16 @@ class LeaseStore:
     one script per shard). Coroutine safe; many servers may share one Redis (every
     operation is one atomic script per shard)."""
 
-    def __init__(self, topology: Topology) -> None:
+    def __init__(self, topology: Topology, max_leases: int = 1_000_000,
+                 max_client_leases: int = 200_000) -> None:
         self.topology = topology
         self.keys = topology.keys
+        # Per shard (a Cluster spreads hashes evenly over its shards).
+        shards = len(self.keys.shards)
+        self.max_leases = max_leases
+        self.max_client_leases = max_client_leases
+        self._shard_max = -(-max_leases // shards)
+        self._shard_client_max = -(-max_client_leases // shards)
         redis = topology.redis
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
@@ -216,8 +270,8 @@ class LeaseStore:
         self._status = redis.register_script(_STATUS)
 
     @staticmethod
-    def _keys(shard: Shard) -> list[str]:
-        return [shard.members, shard.expires, shard.leases]
+    def _keys(shard: Shard, client: str) -> list[str]:
+        return [shard.members, shard.expires, shard.leases, shard.lease_quota(client)]
 
     async def _per_shard(self, hashes: Sequence[str], call: Callable[[Shard, list[str]],
                          Awaitable[Any]]) -> list[tuple[list[str], Any]]:
@@ -230,35 +284,45 @@ class LeaseStore:
         answers = await asyncio.gather(*(call(shard, part) for shard, part in groups))
         return [(part, answer) for (_, part), answer in zip(groups, answers, strict=True)]
 
-    async def acquire(self, hashes: Sequence[str], holder: str,
-                      ttl: float) -> tuple[list[str], list[str], list[str]]:
+    async def acquire(self, hashes: Sequence[str], holder: str, ttl: float,
+                      client: str = "") -> tuple[list[str], list[str], list[str]]:
         """(granted, stored, held by another), each in request order. ``hashes``: distinct
-        (the service makes sure)."""
+        (the service makes sure). ``client``: whose quota the new leases count in (a
+        short key-safe name). :class:`LeaseBound` when the request could pass the leases'
+        bound or the client's quota (then nothing is leased on that shard)."""
         out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
-        for task_hash, flag in zip(hashes, await self.acquire_flags(hashes, holder, ttl),
-                                   strict=True):
+        for task_hash, flag in zip(hashes, await self.acquire_flags(hashes, holder, ttl,
+                                                                    client), strict=True):
             out[flag].append(task_hash)
         return out["0"], out["1"], out["2"]
 
-    async def acquire_flags(self, hashes: Sequence[str], holder: str, ttl: float) -> str:
+    async def acquire_flags(self, hashes: Sequence[str], holder: str, ttl: float,
+                            client: str = "") -> str:
         """:meth:`acquire`'s answer as one digit per hash, in request order: ``0`` granted,
         ``1`` stored, ``2`` held by another. A hash sent twice answers twice (its second
-        time as the holder's own lease)."""
+        time as the holder's own lease). :class:`LeaseBound` as :meth:`acquire`."""
         if not hashes:
             return ""
-        head = [holder, _ms(ttl), repr(time.time())]
+        head = [holder, _ms(ttl), repr(time.time()), str(self._shard_max),
+                str(self._shard_client_max)]
         answers = await self._per_shard(hashes, lambda shard, part: self._acquire(
-            keys=self._keys(shard), args=[*head, *part]))
+            keys=self._keys(shard, client), args=[*head, *part]))
+        for _, answer in answers:
+            if _text(answer) == "T":
+                raise LeaseBound("total", self.max_leases)
+            if _text(answer) == "C":
+                raise LeaseBound("client", self.max_client_leases)
         if len(answers) == 1:
             return _text(answers[0][1])
         return "".join(flag for _, flag in _in_order(hashes, answers))
 
     async def renew(self, hashes: Sequence[str], holder: str, ttl: float,
-                    estimates: dict[str, float]) -> tuple[list[str], list[str]]:
+                    estimates: dict[str, float], client: str = ""
+                    ) -> tuple[list[str], list[str]]:
         """(renewed, lost), each in request order."""
         if not hashes:
             return [], []
-        head = [holder, _ms(ttl), repr(time.time())]
+        head = [holder, _ms(ttl), repr(time.time()), str(self._shard_max)]
 
         def args(part: list[str]) -> list[str]:
             out = list(head)
@@ -268,17 +332,17 @@ class LeaseStore:
             return out
 
         answers = await self._per_shard(hashes, lambda shard, part: self._renew(
-            keys=self._keys(shard), args=args(part)))
+            keys=self._keys(shard, client), args=args(part)))
         flags = list(_in_order(hashes, answers))
         renewed = [h for h, flag in flags if flag == "1"]
         lost = [h for h, flag in flags if flag == "0"]
         return renewed, lost
 
-    async def release(self, hashes: Sequence[str], holder: str) -> int:
+    async def release(self, hashes: Sequence[str], holder: str, client: str = "") -> int:
         if not hashes:
             return 0
         answers = await self._per_shard(hashes, lambda shard, part: self._release(
-            keys=[shard.leases], args=[holder, *part]))
+            keys=[shard.leases, shard.lease_quota(client)], args=[holder, *part]))
         return sum(int(answer) for _, answer in answers)
 
     async def status(self, task_hash: str) -> LeaseStatus:

@@ -44,7 +44,7 @@ from cache_server.models import (
 from cache_server.service.budget import MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import EntryNotFound, IndexUnavailable, RunNotFound
-from cache_server.service.leases import Leases
+from cache_server.service.leases import LeaseBounds, Leases
 from cache_server.service.locks import DigestLocks
 from cache_server.service.reads import ZERO_COPY_MIN_BYTES, FileBody, Reads
 from cache_server.service.removal import Removal
@@ -85,12 +85,16 @@ class ResultCache:
         body_timeout: float = 30.0,
         max_body_memory: int = 512 * 2**20,
         zero_copy_min_bytes: int = ZERO_COPY_MIN_BYTES,
+        lease_bounds: LeaseBounds | None = None,
     ) -> None:
         self.index = index
         self.storage = storage
         self.metrics = metrics
         self.max_body_bytes = max_body_bytes
-        self.leases = Leases(LeaseStore(index.topology), index, max_lease_hashes)
+        bounds = lease_bounds or LeaseBounds()
+        self.leases = Leases(LeaseStore(index.topology, bounds.max_leases,
+                                        bounds.max_client_leases),
+                             index, max_lease_hashes, bounds)
         self.replicas = ReplicaRegistry(index.redis, index.prefix)
         self.locks = DigestLocks(index.redis, index.keys)
         #: Eviction and gc run on one replica at a time.

@@ -20,6 +20,7 @@ __all__ = [
     "NoRoom",
     "RunNotFound",
     "ServiceError",
+    "TooManyLeases",
     "storage_full",
 ]
 
@@ -34,6 +35,16 @@ class InvalidUpload(ServiceError):
 
 class InvalidLease(ServiceError):
     """A lease request the service refuses (too many hashes, estimates for others)."""
+
+
+class TooManyLeases(ServiceError):
+    """Granting a lease request would pass the bound on outstanding leases, in all
+    (``max_leases``) or the requesting client's (``max_client_leases``); nothing was leased.
+    ``retry_after``: seconds until leases may have ended (they expire within their TTL)."""
+
+    def __init__(self, message: str, retry_after: int = 5) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EntryNotFound(ServiceError):

@@ -36,7 +36,7 @@ DEFAULTS = {
         "refresh": False,  # recompute what would be loaded, overwrite the entries
         "ttl": None,  # lifetime of new entries ("7d", seconds); None: until evicted
         "lease-ttl": 60,  # seconds a computing task's lease lives without renewal
-        "lease-wait": None,  # seconds to wait for another's lease; None: estimate + 30
+        "lease-wait": 60,  # most seconds a task waits for another's lease (whatever it estimates)
         "parquet-min-bytes": 2**20,  # frames this large are stored as Parquet, if exact
         # auto: read objects where they lie when this process sees the server's storage
         # (same host, shared volume), verified; else over HTTP. never: always HTTP.

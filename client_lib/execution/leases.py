@@ -11,7 +11,9 @@ deduplication could save. Where another
 run holds the lease, the task waits for that run's result instead of computing it too: it
 polls the lease, loads the entry once it is stored, takes the lease over if its holder let
 go (or died: a lease expires ``lease-ttl`` seconds after its last renewal), and computes
-itself after ``result-cache.lease-wait`` seconds (default: the holder's estimate + 30 s).
+itself after the holder's estimate + 30 s, and never later than ``result-cache.lease-wait``
+seconds (default 60): the estimate is the holder's word, so it can shorten a wait, never
+lengthen it (a holder claiming 1e7 s keeps nobody waiting; the server caps it as well).
 
 No deadlock: a run takes all its leases in one atomic request before any of its tasks
 runs, and its own leases never make it wait, so it waits only for runs that leased before
@@ -53,6 +55,7 @@ __all__ = ["LeaseKeeper", "Waited", "lease_ttl", "lease_wait", "release_leases",
 logger = logging.getLogger("client_lib")
 
 _GRACE_SECONDS = 30.0
+_DEFAULT_WAIT = 60.0
 _POLL_MIN, _POLL_MAX = 0.02, 0.2
 
 
@@ -66,11 +69,11 @@ def lease_ttl() -> float:
     return ttl
 
 
-def lease_wait() -> float | None:
-    """``result-cache.lease-wait`` in seconds, or ``None`` (the holder's estimate + 30 s)."""
+def lease_wait() -> float:
+    """``result-cache.lease-wait`` in seconds: the most a task waits for another's lease."""
     value = setting("lease-wait")
-    if value is None:
-        return None
+    if value is None:  # the old "the holder's estimate + 30 s": bounded by our default now
+        value = _DEFAULT_WAIT
     from dask.utils import parse_timedelta
 
     seconds = float(parse_timedelta(value, "s"))
@@ -163,9 +166,9 @@ def wait_for_holder(run: StoreRun, task_hash: str, label: str,
                 logger.info("result cache: waiting for %s failed (%s); computing it",
                             task_hash, exc)
                 return Waited(False)
-            limit = run.lease_wait
-            if limit is None:
-                limit = float(status.get("estimate") or 0.0) + _GRACE_SECONDS
+            # The holder's estimate may shorten the wait, never lengthen it past ours.
+            limit = min(run.lease_wait,
+                        float(status.get("estimate") or 0.0) + _GRACE_SECONDS)
             if time.monotonic() - start >= limit:
                 return Waited(False)
             time.sleep(delay)

@@ -20,7 +20,7 @@ class StoreRun:
     policy: Policy
     run_id: str  # also the holder of this run's leases
     lease_ttl: float = 60.0
-    lease_wait: float | None = None  # None: the holder's estimate + 30 s
+    lease_wait: float = 60.0  # the most a task waits for another's lease
     # Small results go through the process's StoreQueue (batched, group-committed); the
     # caller then waits for them with flush_stores (cached_compute on a scheduler it can
     # reach every executing process of: threads, sync, a distributed client).

@@ -2,12 +2,15 @@
 
 Taking, renewing and releasing leases needs a write token (only writers compute and
 store); reading a lease's state needs a read token. Batches are bounded by
-``max_lease_hashes``, TTLs by ``[1, 3600]`` seconds; holders are short plain names
-(:mod:`cache_server.models`).
+``max_lease_hashes``, TTLs by ``[1, 3600]`` seconds (and cut to ``max_lease_ttl``);
+holders are short plain names (:mod:`cache_server.models`). New leases count in the
+quota of the client that asks: its bearer token, or without one its address
+(:func:`client_of`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 
@@ -40,6 +43,18 @@ def _json_list(hashes: list[str]) -> str:
     return '["' + '","'.join(hashes) + '"]' if hashes else "[]"
 
 
+def client_of(request: Request) -> str:
+    """Whose lease quota a request counts in: a short digest of its bearer token (checked
+    already: a write token) when the server has tokens, else of its address (a holder name,
+    or an unchecked header, is the client's own choice, so neither can be what a quota
+    counts)."""
+    if request.app.state.tokens.enabled:
+        who = request.headers.get("authorization", "")
+    else:
+        who = "addr:" + (request.client.host if request.client else "")
+    return hashlib.sha256(who.encode("utf-8", "replace")).hexdigest()[:16]
+
+
 def _well_formed(hashes: list[str]) -> list[str]:
     malformed = first_malformed(hashes)
     if malformed is not None:
@@ -47,13 +62,15 @@ def _well_formed(hashes: list[str]) -> list[str]:
     return hashes
 
 
-@router.post("/v1/leases", dependencies=[WriteAccess], responses=errors(403),
+@router.post("/v1/leases", dependencies=[WriteAccess], responses=errors(403, 429),
              response_model=LeaseGrant)
-async def acquire(body: LeaseRequest, cache: CacheDep) -> Response:
+async def acquire(body: LeaseRequest, cache: CacheDep, request: Request) -> Response:
     """Lease each hash to ``holder`` for ``ttl`` seconds unless it is stored or another
-    holder leases it. A holder's own leases are renewed (idempotent)."""
-    granted, stored, held = await cache.leases.acquire(_well_formed(body.hashes),
-                                                       body.holder, body.ttl)
+    holder leases it. A holder's own leases are renewed (idempotent). 429 (nothing leased)
+    if the leases outstanding could pass ``max_leases`` or this client's
+    ``max_client_leases``."""
+    granted, stored, held = await cache.leases.acquire(
+        _well_formed(body.hashes), body.holder, body.ttl, client_of(request))
     # Written directly, as the lookup's answer: the items are validated hex (100k hashes
     # through the response model cost more than the rest of the route but Redis).
     text = (f'{{"granted":{_json_list(granted)},"stored":{_json_list(stored)},'
@@ -81,7 +98,7 @@ async def acquire_packed(request: Request) -> Response:
         raise InvalidRequest(f"ttl must be {MIN_LEASE_SECONDS:g}..{MAX_LEASE_SECONDS:g} s")
     packed = packed_hashes(await request.body())
     cache: ResultCache = request.app.state.cache
-    answer = await cache.leases.acquire_packed(packed, holder, ttl)
+    answer = await cache.leases.acquire_packed(packed, holder, ttl, client_of(request))
     return Response(answer, media_type=PACKED)
 
 
@@ -100,25 +117,25 @@ router.add_api_route(
             "type": "string", "format": "binary",
             "description": "task hashes, 32 lowercase hex characters each, back to back"}}}},
     },
-    responses={**errors(403), 200: {"content": {PACKED: {"schema": {
+    responses={**errors(403, 429), 200: {"content": {PACKED: {"schema": {
         "type": "string", "format": "binary",
         "description": "one byte per hash, in order: 0 granted, 1 stored, 2 held"}}}}},
 )
 
 
 @router.post("/v1/leases/renew", dependencies=[WriteAccess], responses=errors(403))
-async def renew(body: LeaseUpdate, cache: CacheDep) -> LeaseRenewal:
+async def renew(body: LeaseUpdate, cache: CacheDep, request: Request) -> LeaseRenewal:
     """Extend the holder's leases by ``ttl`` seconds (re-taking expired ones nobody took)."""
     renewed, lost = await cache.leases.renew(_well_formed(body.hashes), body.holder,
-                                             body.ttl, body.estimates)
+                                             body.ttl, body.estimates, client_of(request))
     return LeaseRenewal(renewed=renewed, lost=lost)
 
 
 @router.post("/v1/leases/release", dependencies=[WriteAccess], responses=errors(403))
-async def release(body: LeaseRelease, cache: CacheDep) -> LeaseReturn:
+async def release(body: LeaseRelease, cache: CacheDep, request: Request) -> LeaseReturn:
     """Drop the holder's leases of these hashes; others' leases are untouched."""
-    return LeaseReturn(released=await cache.leases.release(_well_formed(body.hashes),
-                                                           body.holder))
+    return LeaseReturn(released=await cache.leases.release(
+        _well_formed(body.hashes), body.holder, client_of(request)))
 
 
 @router.get("/v1/leases/{task_hash}")
