@@ -48,7 +48,7 @@ async def open_cache(
     try:
         redis_url = settings.redis_url
         if redis_url is None:
-            embedded = EmbeddedRedis(data_dir / "redis")
+            embedded = EmbeddedRedis(data_dir / "redis", settings.redis_max_memory)
             redis_url = await to_thread.run_sync(embedded.start)
         client = connect(redis_url)
         index = RedisIndex(
@@ -72,6 +72,8 @@ async def open_cache(
             settings.zero_copy_min_bytes,
             lease_bounds=LeaseBounds(settings.max_lease_ttl, settings.max_lease_estimate,
                                      settings.max_leases, settings.max_client_leases),
+            max_run_bytes=settings.max_run_bytes,
+            max_runs_bytes=settings.max_runs_bytes,
         )
     finally:
         if index is not None:

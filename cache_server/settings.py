@@ -166,6 +166,20 @@ class Settings(BaseSettings):
         description="outstanding leases per client (its token, or its address without "
         "tokens); a request that could pass it is answered 429",
     )
+    max_run_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        default=4 * 2**20, gt=0,
+        description="largest run summary as stored (its task list); larger posts are "
+        "answered 413",
+    )
+    max_runs_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        default=128 * 2**20, gt=0,
+        description="run summaries kept in all (besides the last 1000): the oldest go first",
+    )
+    redis_max_memory: Annotated[int, BeforeValidator(parse_size)] = Field(
+        default=2 * 2**30, gt=0,
+        description="the embedded Redis's maxmemory, with noeviction: beyond it writes are "
+        "answered 507 and no index entry is ever evicted (an external Redis keeps its own)",
+    )
     events_maxlen: int = Field(
         default=10_000, gt=0, description="events kept (approximately) for /v1/events"
     )

@@ -10,12 +10,20 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from redis.exceptions import AskError, ClusterDownError, ReadOnlyError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.requests import ClientDisconnect
 
 from cache_server.index.durability import NotReplicated
+from cache_server.index.runs import RunTooLarge
 from cache_server.service.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -87,6 +95,11 @@ STATUS: dict[type[Exception], int] = {
     BodyTimeout: 408,
     Busy: 503,
     NoRoom: 507,
+    # Redis at its maxmemory under noeviction refuses writes: answered as no room, and
+    # nothing already indexed is dropped to make any (docs/design/server-and-index.md,
+    # "Bounds").
+    OutOfMemoryError: 507,
+    RunTooLarge: 413,
     IndexUnavailable: 503,
     InvalidHeader: 422,
     InvalidBody: 400,
@@ -113,8 +126,17 @@ _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ClusterDownError, TryAg
 _RETRY_AFTER_OUTAGE = "1"
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Redis refused a write at its maxmemory: as a command (``OutOfMemoryError``) or
+    inside a script (a ``ResponseError`` quoting the OOM)."""
+    return isinstance(exc, OutOfMemoryError) or (
+        isinstance(exc, ResponseError) and "OOM command not allowed" in str(exc))
+
+
 def status_of(exc: BaseException) -> int:
     """The status :data:`STATUS` gives ``exc`` (500 for an error it does not list)."""
+    if _out_of_memory(exc):
+        return 507
     for cls in type(exc).__mro__:
         if cls in STATUS:
             return STATUS[cls]
@@ -128,6 +150,9 @@ def _message(exc: Exception) -> str:
         return f"the index (Redis) is failing over or not replicating: {exc}"
     if isinstance(exc, ClientDisconnect):
         return "client disconnected"
+    if _out_of_memory(exc):
+        return ("the index (Redis) is full (its maxmemory): nothing was written; remove "
+                "entries or raise redis_max_memory")
     return str(exc)
 
 
@@ -162,4 +187,12 @@ def install_error_handlers(app: FastAPI) -> None:
     """Answer every error class of :data:`STATUS`, and FastAPI's validation errors."""
     for error_class in STATUS:
         app.add_exception_handler(error_class, answer_error)
+    app.add_exception_handler(ResponseError, _answer_response_error)
     app.add_exception_handler(RequestValidationError, answer_validation_error)  # type: ignore[arg-type]
+
+
+async def _answer_response_error(request: Request, exc: Exception) -> JSONResponse:
+    """A script's OOM is a full index (507); any other Redis error stays a server error."""
+    if _out_of_memory(exc):
+        return await answer_error(request, exc)
+    raise exc

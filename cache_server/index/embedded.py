@@ -31,8 +31,11 @@ class EmbeddedRedis:
     (for example because another server holds this data directory).
     """
 
-    def __init__(self, directory: str | Path) -> None:
+    def __init__(self, directory: str | Path, max_memory: int = 2 * 2**30) -> None:
         self.directory = Path(directory).resolve()
+        #: Redis's ``maxmemory``, under ``noeviction``: at the bound Redis refuses writes
+        #: (the server answers 507) and never drops a key to make room.
+        self.max_memory = max_memory
         self._socket_dir: Path | None = None
         self._guard: subprocess.Popen[bytes] | None = None
 
@@ -63,6 +66,8 @@ class EmbeddedRedis:
             "--save", "",
             "--daemonize", "no",
             "--logfile", str(self.log_path),
+            "--maxmemory", str(self.max_memory),
+            "--maxmemory-policy", "noeviction",
         ]  # fmt: skip
         self._guard = subprocess.Popen(
             [sys.executable, "-m", "cache_server.index.guard", str(self.directory / "lock"), "--"]

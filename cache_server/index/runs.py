@@ -3,8 +3,11 @@
 ``<prefix>run:<id>`` holds a run's counts (small: the runs list reads many),
 ``<prefix>run:<id>:tasks`` its task list or counts by label (read for one run's page),
 ``<prefix>run:<id>:why`` why its tasks were recomputed (posted after it), and
-``<prefix>runs`` is a sorted set of run ids by start time. Only the ``keep`` most recent
-runs are kept: adding a run trims the oldest, so the keys stay bounded whatever clients send.
+``<prefix>runs`` is a sorted set of run ids by start time, ``<prefix>run-sizes`` each run's
+bytes. A run's counts and task list hold at most ``max_run_bytes`` (:class:`RunTooLarge`
+beyond: nothing is recorded), and only the ``keep`` most recent runs are kept, at most
+``max_bytes`` of them in all: adding a run trims the oldest, so the keys stay bounded
+whatever clients send.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pydantic import BaseModel, Field
 from cache_server.index.topology import Topology
 from cache_server.models import RunSummary, RunTask, RunWhy, TaskState
 
-__all__ = ["RunStore"]
+__all__ = ["RunStore", "RunTooLarge"]
 
 _WHY_SECONDS = 90 * 86_400
 _LISTS = {"task_list", "by_label", "stored_tasks", "saved_hashes", "why"}
@@ -27,16 +30,30 @@ class _Tasks(BaseModel):
     by_label: dict[str, dict[TaskState, int]] = Field(default_factory=dict)
 
 
+class RunTooLarge(ValueError):
+    """A run summary larger than ``max_run_bytes`` as stored; nothing was recorded."""
+
+    def __init__(self, nbytes: int, limit: int) -> None:
+        super().__init__(f"the run summary takes {nbytes} bytes, more than max_run_bytes "
+                         f"({limit}): send counts by label (by_label) instead of a task list")
+        self.nbytes = nbytes
+        self.limit = limit
+
+
 class RunStore:
     """The runs of one cache (in a Redis Cluster, every key in the slot of no shard, so one
     transaction holds a run's keys and the list)."""
 
-    def __init__(self, topology: Topology, keep: int = 1000) -> None:
+    def __init__(self, topology: Topology, keep: int = 1000, *,
+                 max_run_bytes: int = 4 * 2**20, max_bytes: int = 128 * 2**20) -> None:
         self.topology = topology
         self.redis = topology.redis
         self.prefix = topology.keys.globals
         self.keep = keep
+        self.max_run_bytes = max_run_bytes
+        self.max_bytes = max(max_bytes, max_run_bytes)
         self._runs = f"{self.prefix}runs"
+        self._sizes = f"{self.prefix}run-sizes"
 
     def _key(self, run_id: str) -> str:
         return f"{self.prefix}run:{run_id}"
@@ -60,11 +77,21 @@ class RunStore:
                     for i in run.stored_tasks:
                         if i < len(tasks.task_list):
                             tasks.task_list[i].state = "stored"
+            text = counts.model_dump_json(exclude=_LISTS)
+            tasks_text = None if tasks is None else tasks.model_dump_json()
+            if tasks_text is None:  # the recorded list stays: it counts as it is
+                kept = int(await pipe.strlen(tasks_key))
+            else:
+                kept = len(tasks_text)
+            size = len(text) + kept + int(await pipe.strlen(key + ":why"))
+            if size > self.max_run_bytes:
+                raise RunTooLarge(size, self.max_run_bytes)
             pipe.multi()
-            pipe.set(key, counts.model_dump_json(exclude=_LISTS))
-            if tasks is not None:
-                pipe.set(tasks_key, tasks.model_dump_json())
+            pipe.set(key, text)
+            if tasks_text is not None:
+                pipe.set(tasks_key, tasks_text)
             pipe.zadd(self._runs, {run.run_id: run.started})
+            pipe.hset(self._sizes, run.run_id, size)
             await pipe.execute()
 
         await self.topology.transact(self._runs, attempt)
@@ -72,16 +99,22 @@ class RunStore:
         return counts
 
     async def _trim(self) -> None:
-        extra = await self.redis.zcard(self._runs) - self.keep
-        if extra <= 0:
-            return
-        old = [str(r) for r in await self.redis.zrange(self._runs, 0, extra - 1)]
+        """Drop the oldest runs beyond ``keep`` or ``max_bytes`` (the newest always stays).
+        Reads the sizes of all kept runs: at most ``keep`` + 1 small fields."""
+        ids = [str(r) for r in await self.redis.zrange(self._runs, 0, -1)]
+        sizes = [int(n or 0) for n in await self.redis.hmget(self._sizes, ids)] if ids else []
+        total, drop = sum(sizes), 0
+        while drop < len(ids) - 1 and (len(ids) - drop > self.keep or total > self.max_bytes):
+            total -= sizes[drop]
+            drop += 1
+        old = ids[:drop]
         if not old:
             return
 
         async def trim(client: Any) -> None:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.zrem(self._runs, *old)
+                pipe.hdel(self._sizes, *old)
                 pipe.delete(*(self._key(r) for r in old),
                             *(self._key(r) + ":tasks" for r in old),
                             *(self._key(r) + ":why" for r in old))
@@ -97,8 +130,13 @@ class RunStore:
     async def put_why(self, run_id: str, why: RunWhy) -> None:
         """Record why a run's tasks were recomputed (kept as long as the run, at most
         ``_WHY_SECONDS`` when the run is never recorded)."""
-        await self.redis.set(self._key(run_id) + ":why", why.model_dump_json(),
-                             ex=_WHY_SECONDS)
+        text = why.model_dump_json()
+        if len(text) > self.max_run_bytes:
+            raise RunTooLarge(len(text), self.max_run_bytes)
+        await self.redis.set(self._key(run_id) + ":why", text, ex=_WHY_SECONDS)
+        # Counted in the run's size (its next post counts it again, exactly).
+        if await self.redis.hexists(self._sizes, run_id):
+            await self.redis.hincrby(self._sizes, run_id, len(text))
 
     async def get(self, run_id: str) -> RunSummary | None:
         key = self._key(run_id)

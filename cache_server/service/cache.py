@@ -86,6 +86,8 @@ class ResultCache:
         max_body_memory: int = 512 * 2**20,
         zero_copy_min_bytes: int = ZERO_COPY_MIN_BYTES,
         lease_bounds: LeaseBounds | None = None,
+        max_run_bytes: int = 4 * 2**20,
+        max_runs_bytes: int = 128 * 2**20,
     ) -> None:
         self.index = index
         self.storage = storage
@@ -99,7 +101,8 @@ class ResultCache:
         self.locks = DigestLocks(index.redis, index.keys)
         #: Eviction and gc run on one replica at a time.
         self.maintenance = RedisLock(index.redis, f"{index.prefix}maintenance")
-        self.runs = RunStore(index.topology)
+        self.runs = RunStore(index.topology, max_run_bytes=max_run_bytes,
+                             max_bytes=max_runs_bytes)
         self.recipes = RecipeStore(index.topology)
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout

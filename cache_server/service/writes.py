@@ -35,6 +35,7 @@ from collections.abc import AsyncIterable, Callable, Iterator
 from contextlib import AsyncExitStack, contextmanager, suppress
 
 from anyio import CancelScope, to_thread
+from redis.exceptions import ExecAbortError, OutOfMemoryError
 
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
@@ -253,10 +254,18 @@ class Writes:
                 raise
         manifest = manifest_for(sidecar, reference)
         manifest.type = upload.type_name or sidecar.type
-        if upload.overwrite and (replaced := await self.index.replace(
-                manifest, run=upload.run)) is not None:
-            return manifest, True, replaced
-        indexed, created = await self.index.add(manifest, run=upload.run)
+        try:
+            if upload.overwrite and (replaced := await self.index.replace(
+                    manifest, run=upload.run)) is not None:
+                return manifest, True, replaced
+            indexed, created = await self.index.add(manifest, run=upload.run)
+        except (OutOfMemoryError, ExecAbortError):
+            # Redis at its maxmemory refused the transaction: certainly not indexed, so the
+            # object goes now rather than as an orphan for gc. (A lost connection is no
+            # such certainty: the entry may be indexed, so its object stays.)
+            await self.removal.forget_unindexed(upload.digest, upload.task_hash,
+                                                result.created)
+            raise
         if not created:  # indexed meanwhile (by another server on the same Redis)
             await self._forget_loser(upload, result, indexed)
         return indexed, created, None

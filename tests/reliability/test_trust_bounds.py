@@ -17,10 +17,12 @@ import httpx
 import pytest
 import redis
 
+from cache_server.index.embedded import EmbeddedRedis
 from client_lib import cached_compute, last_report, task_hashes
 from client_lib.execution.leases import lease_wait
 from tests._servers import RedisProcess
 from tests.conftest import FreshServer
+from tests.server.wire import encode_pickle, new_hash, put
 
 pytestmark = pytest.mark.slow
 
@@ -108,3 +110,69 @@ def _lease_flood(fresh_server: FreshServer, redis_url: str) -> None:
     assert fields == 30_000
     # ~150 bytes of Redis per lease: 30k of them at most, never the 50k+ asked for.
     assert db.info("memory")["used_memory"] - before < 30_000 * 400
+
+
+def _big_run(run_id: str, started: float, tasks: int = 600) -> dict:
+    """A run report of ~``tasks`` x 3 KiB (each task's key, label and reason at their
+    1024-character maximum)."""
+    task = {"key": "k" * 1024, "label": "l" * 1024, "state": "computed", "reason": "r" * 1024}
+    return {"run_id": run_id, "started": started, "tasks": tasks, "task_list": [task] * tasks}
+
+
+def test_run_reports_and_redis_memory_are_bounded(fresh_server: FreshServer,
+                                                   tmp_path: Path) -> None:
+    own = RedisProcess(tmp_path / "redis")
+    try:
+        db = redis.Redis.from_url(own.url)
+        server = fresh_server(redis=own.url, max_run_bytes="2MiB", max_runs_bytes="8MiB")
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            # One report of 5000 tasks (~15 MiB, the most the schema allows): refused,
+            # nothing recorded. It used to take ~17 MB of Redis per run, 1000 runs kept.
+            huge = client.post("/v1/runs", json=_big_run(uuid.uuid4().hex, 1.0, 5000))
+            assert huge.status_code == 413 and "max_run_bytes" in huge.json()["detail"]
+            assert client.get("/v1/runs").json()["runs"] == []
+            # Twelve reports of ~1.8 MiB: the oldest go once 8 MiB are kept.
+            before = db.info("memory")["used_memory"]
+            ids = [uuid.uuid4().hex for _ in range(12)]
+            for i, run_id in enumerate(ids):
+                assert client.post("/v1/runs", json=_big_run(run_id, 1000.0 + i)).status_code \
+                    == 200
+            kept = [r["run_id"] for r in client.get("/v1/runs", params={"limit": 100}).json()[
+                "runs"]]
+            assert kept == ids[::-1][:len(kept)] and 3 <= len(kept) <= 4
+            assert client.get(f"/v1/runs/{ids[0]}").status_code == 404
+            assert client.get(f"/v1/runs/{ids[-1]}").status_code == 200
+            assert db.info("memory")["used_memory"] - before < 12 * 2**20
+
+            # Redis at its maxmemory under noeviction: writes are refused (507), and
+            # nothing indexed is dropped to make room.
+            hashes = [new_hash() for _ in range(20)]
+            for task_hash in hashes:
+                assert put(client, task_hash, encode_pickle(task_hash)).status_code == 201
+            db.config_set("maxmemory-policy", "noeviction")
+            db.config_set("maxmemory", str(db.info("memory")["used_memory"] // 2))
+            flood = client.post("/v1/leases", json={
+                "holder": "flood", "hashes": [new_hash() for _ in range(5000)]})
+            assert flood.status_code == 507 and "maxmemory" in flood.json()["detail"]
+            refused = put(client, new_hash(), encode_pickle("late"))
+            assert refused.status_code == 507 and "maxmemory" in refused.json()["detail"]
+            # ... and its object did not stay on disk as an orphan.
+            assert len(list((server.data_dir / "objects").glob("blob/*/*"))) == 20
+            found = client.post("/v1/lookup", json={"hashes": hashes}).json()["found"]
+            assert sorted(found) == sorted(hashes)
+            assert client.get("/healthz").status_code == 200
+            db.config_set("maxmemory", "0")
+    finally:
+        own.stop()
+
+
+def test_the_embedded_redis_never_evicts(tmp_path: Path) -> None:
+    embedded = EmbeddedRedis(tmp_path / "redis", max_memory=64 * 2**20)
+    url = embedded.start()
+    try:
+        db = redis.Redis.from_url(url)
+        assert db.config_get("maxmemory")["maxmemory"] == str(64 * 2**20)
+        assert db.config_get("maxmemory-policy")["maxmemory-policy"] == "noeviction"
+        db.close()
+    finally:
+        embedded.stop()
