@@ -271,14 +271,15 @@ class RedisIndex(IndexReads):
         manifest.last_access = last_access
 
     async def remove(
-        self, task_hash: str, *, reason: str = "delete"
+        self, task_hash: str, *, reason: str = "delete", digest: str | None = None
     ) -> tuple[Manifest, int] | None:
         """Drop an entry; ``reason`` is the event kind (``delete``, ``corrupt``, ``evict``).
 
         Returns the removed manifest and how many entries still reference its digest, or
-        None if the hash was not indexed. When none do, the object no longer counts in
-        ``stored_bytes``: the caller deletes it (a crash before that leaves an orphan
-        object for ``gc``, never a manifest without its object).
+        None if the hash was not indexed (or, given ``digest``, its entry names another
+        object now: a refresh replaced it, so it is left alone). When none do, the object
+        no longer counts in ``stored_bytes``: the caller deletes it (a crash before that
+        leaves an orphan object for ``gc``, never a manifest without its object).
         """
         await self.telemetry.flush()
         counter = REMOVAL_REASONS[reason]
@@ -289,7 +290,7 @@ class RedisIndex(IndexReads):
         async def attempt(pipe: Any) -> tuple[Manifest, int] | None:
             later.clear()
             manifest = await self._watched_manifest(pipe, key)
-            if manifest is None:
+            if manifest is None or digest not in (None, manifest.digest):
                 return None
             refs = shard.refs(manifest.digest)
             await pipe.watch(refs)

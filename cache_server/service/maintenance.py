@@ -91,6 +91,8 @@ async def _collect_garbage(cache: ResultCache, verify: bool) -> GcReport:
         async with cache.locks.hold(digest):  # a replica may be storing it right now
             refs = await index.references(digest)
             if not refs:
+                if await cache.locks.readers(digest):
+                    continue  # a download of a replaced object: the next gc removes it
                 if await to_thread.run_sync(storage.delete, digest):
                     report.orphan_objects_removed += 1
                 continue

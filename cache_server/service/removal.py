@@ -68,26 +68,37 @@ class Removal:
                 removed += 1
         return removed
 
-    async def drop_corrupt(self, manifest: Manifest, *, locked: bool = False) -> None:
+    async def drop_corrupt(self, manifest: Manifest, *, locked: bool = False) -> bool:
         """Drop an entry whose object is missing or failed its check, and the object
-        (``locked``: the caller holds the digest's lock)."""
-        self.metrics.corrupt.inc()
+        (``locked``: the caller holds the digest's lock). Only if the entry still names
+        that object: one replaced meanwhile (a refresh) is the new object's, so it stays,
+        and nothing counts as corrupt. Whether it was dropped."""
         if locked:
-            await self._drop_corrupt_locked(manifest)
-            return
+            return await self._drop_corrupt_locked(manifest)
         async with self.locks.hold(manifest.digest):
-            await self._drop_corrupt_locked(manifest)
+            return await self._drop_corrupt_locked(manifest)
 
-    async def _drop_corrupt_locked(self, manifest: Manifest) -> None:
-        await self.index.remove(manifest.hash, reason="corrupt")
+    async def _drop_corrupt_locked(self, manifest: Manifest) -> bool:
+        if await self.index.remove(manifest.hash, reason="corrupt",
+                                   digest=manifest.digest) is None:
+            return False
+        self.metrics.corrupt.inc()
         # A corrupt object is useless to every entry naming it: remove it now; the others
         # are dropped as they are next read.
         await to_thread.run_sync(self.storage.delete, manifest.digest)
+        return True
 
-    async def forget_replaced(self, old: Manifest, remaining: int) -> None:
+    async def forget_replaced(self, old: Manifest) -> None:
         """After an overwrite with another object: the old object goes if nothing
-        references it any more, else it just stops listing this entry in its sidecar."""
+        references it any more and nobody reads it, else it just stops listing this entry
+        in its sidecar (one being read is left, unreferenced, for ``gc``: a refresh never
+        cuts a download off). The references are counted under the old digest's lock, not
+        taken from the overwrite's transaction: a store that reused the old object since
+        then holds a reference the object must keep."""
         async with self.locks.hold(old.digest):
+            remaining = len(await self.index.references(old.digest))
+            if remaining == 0 and await self.locks.readers(old.digest):
+                remaining = -1  # read now: unlisted, not deleted
             await to_thread.run_sync(self.forget_object, old.digest, old.hash, remaining)
 
     async def forget_unindexed(self, digest: str, task_hash: str, created: bool) -> None:

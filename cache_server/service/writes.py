@@ -221,7 +221,7 @@ class Writes:
             with CancelScope(shield=True):
                 await to_thread.run_sync(writer.abort)
         if replaced is not None and replaced[0].digest != upload.digest:
-            await self.removal.forget_replaced(*replaced)
+            await self.removal.forget_replaced(replaced[0])
         await self.leases.drop(upload.task_hash)
         if body is not None:
             self.metrics.bytes_received.inc(body.nbytes)

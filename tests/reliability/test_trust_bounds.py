@@ -14,15 +14,18 @@ from pathlib import Path
 
 import dask
 import httpx
+import numpy as np
 import pytest
 import redis
+import xxhash
 
 from cache_server.index.embedded import EmbeddedRedis
 from client_lib import cached_compute, last_report, task_hashes
 from client_lib.execution.leases import lease_wait
 from tests._servers import RedisProcess
 from tests.conftest import FreshServer
-from tests.server.wire import encode_pickle, new_hash, put
+from tests.server.wire import encode_array, encode_pickle, new_hash, put
+from tests.stress.memory import store_random_array
 
 pytestmark = pytest.mark.slow
 
@@ -176,3 +179,51 @@ def test_the_embedded_redis_never_evicts(tmp_path: Path) -> None:
         db.close()
     finally:
         embedded.stop()
+
+
+def test_a_refresh_during_a_download_breaks_nothing(fresh_server: FreshServer) -> None:
+    # Verified streams (read chunk by chunk from storage while sending).
+    server = fresh_server(zero_copy_min_bytes="1GiB")
+    task_hash, old_digest = store_random_array(server.url, 64)
+    fresh = encode_array(np.arange(1000.0))
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        corrupt_before = client.get("/v1/stats").json()["corrupt"]
+        prefix = f"ndarray\n<f8\n[{8 * 2**20}]\n".encode()
+        hasher = xxhash.xxh3_128(prefix)
+        received = 0
+        with client.stream("GET", f"/v1/objects/{task_hash}") as download:
+            assert download.status_code == 200
+            pieces = download.iter_raw(2**20)
+            first = next(pieces)
+            hasher.update(first)
+            received += len(first)
+            # The refresh of the same hash, with another body, while the download is
+            # paused: it used to delete the old object under the reader.
+            refreshed = client.put(f"/v1/objects/{task_hash}", params={"overwrite": "true"},
+                                   content=fresh.body, headers=fresh.headers())
+            assert refreshed.status_code == 201
+            for piece in pieces:
+                hasher.update(piece)
+                received += len(piece)
+        # The old download completed, whole and matching its digest ...
+        assert received == 64 * 2**20 and hasher.hexdigest() == old_digest
+        # ... was not counted as corruption, and the new entry stays.
+        assert client.get("/v1/stats").json()["corrupt"] == corrupt_before
+        now = client.get(f"/v1/objects/{task_hash}")
+        assert now.status_code == 200 and now.content == fresh.body
+        assert now.headers["X-Result-Digest"] == fresh.digest
+
+        # A DELETE does cut a download off (the user asked for it), and then a store of
+        # the same hash: the broken download's corruption handling used to remove that
+        # new entry; it removes only the digest it found missing.
+        task_hash, _ = store_random_array(server.url, 64, seed=1)
+        with client.stream("GET", f"/v1/objects/{task_hash}") as download:
+            pieces = download.iter_raw(2**20)
+            next(pieces)
+            assert client.delete(f"/v1/entries/{task_hash}").status_code == 204
+            assert put(client, task_hash, fresh).status_code == 201
+            with pytest.raises(httpx.RemoteProtocolError):
+                for _ in pieces:
+                    pass
+        assert client.get("/v1/stats").json()["corrupt"] == corrupt_before
+        assert client.get(f"/v1/objects/{task_hash}").content == fresh.body
