@@ -113,7 +113,8 @@ class ResultCache:
                            zero_copy_min_bytes)
         self.writes = Writes(index, storage, self.locks, self.leases, self.removal,
                              self.capacity, metrics, max_body_bytes=max_body_bytes,
-                             max_uploads=max_uploads, body_timeout=body_timeout)
+                             max_uploads=max_uploads, body_timeout=body_timeout,
+                             memory=self.memory)
 
     @property
     def max_bytes(self) -> int | None:
@@ -137,10 +138,11 @@ class ResultCache:
 
     async def store_batch(
         self, chunks: AsyncIterable[bytes], limit: int,
-        parse: Callable[[bytes], list[tuple[Upload, bytes]]],
-    ) -> tuple[list[tuple[Upload, bytes]], list[tuple[Manifest, bool] | Exception]]:
+        parse: Callable[[bytearray], list[tuple[Upload, memoryview]]],
+        declared: int | None = None,
+    ) -> tuple[list[tuple[Upload, memoryview]], list[tuple[Manifest, bool] | Exception]]:
         """See :meth:`.Writes.store_batch`."""
-        return await self.writes.store_batch(chunks, limit, parse)
+        return await self.writes.store_batch(chunks, limit, parse, declared)
 
     # -- the read path (.reads) -------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Manifest
 from cache_server.service.body import UploadBody
+from cache_server.service.budget import MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import (
     BodyTooLarge,
@@ -74,7 +75,8 @@ class Writes:
 
     def __init__(self, index: RedisIndex, storage: ObjectStore, locks: DigestLocks,
                  leases: Leases, removal: Removal, capacity: Capacity, metrics: Metrics, *,
-                 max_body_bytes: int, max_uploads: int, body_timeout: float) -> None:
+                 max_body_bytes: int, max_uploads: int, body_timeout: float,
+                 memory: MemoryBudget | None = None) -> None:
         self.index = index
         self.storage = storage
         self.locks = locks
@@ -85,6 +87,8 @@ class Writes:
         self.max_body_bytes = max_body_bytes
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
+        #: What batches in memory reserve (shared with the downloads in flight).
+        self.memory = memory or MemoryBudget(512 * 2**20)
         self._uploads = 0  # in flight now
 
     async def store(
@@ -279,12 +283,19 @@ class Writes:
 
     async def store_batch(
         self, chunks: AsyncIterable[bytes], limit: int,
-        parse: Callable[[bytes], list[tuple[Upload, bytes]]],
-    ) -> tuple[list[tuple[Upload, bytes]], list[tuple[Manifest, bool] | Exception]]:
+        parse: Callable[[bytearray], list[tuple[Upload, memoryview]]],
+        declared: int | None = None,
+    ) -> tuple[list[tuple[Upload, memoryview]], list[tuple[Manifest, bool] | Exception]]:
         """Store a batch of small uploads whose body (at most ``limit`` bytes, each read
         within ``body_timeout``) arrives as ``chunks`` and ``parse`` cuts into uploads with
-        their bodies. Returns the uploads and, per upload in order, what :meth:`store`
-        returns or the error that kept that upload out (the others are stored).
+        their bodies (views of the one buffer the body is read into). Returns the uploads
+        and, per upload in order, what :meth:`store` returns or the error that kept that
+        upload out (the others are stored).
+
+        The body is held in memory once, so it first reserves its size (``declared``, its
+        Content-Length, else ``limit``) in the budget the downloads share
+        (``max_body_memory``): :class:`Busy` (503 with Retry-After) when that is spent, so
+        concurrent batches hold that budget at most, whatever their mix.
 
         One group commit (:meth:`storage.LocalStorage.put_batch`: one filesystem sync for
         all the objects) and one Redis transaction for the index; nothing is acknowledged
@@ -292,16 +303,23 @@ class Writes:
         repeated in the batch is stored once (later copies answer like an indexed hash).
         Storing ends the hashes' leases. Takes one of ``max_uploads`` places.
         """
-        with self._upload_slot():
+        size = limit if declared is None else min(declared, limit)
+        with self._upload_slot(), self.memory.reserve(size):
             body = UploadBody(chunks, limit, lambda: BodyTooLarge(limit), self.body_timeout)
-            data = bytearray()
+            data = bytearray(size)  # filled in place: never a second copy of the batch
+            filled = 0
             while (piece := await body.read_piece()) is not None:
-                data += piece
-            uploads = parse(bytes(data))
+                if filled + len(piece) > size:  # longer than declared: grows (bounded)
+                    data += piece
+                else:
+                    data[filled:filled + len(piece)] = piece
+                filled += len(piece)
+            del data[filled:]
+            uploads = parse(data)
             return uploads, await self._store_batch(uploads)
 
     async def _store_batch(
-        self, uploads: list[tuple[Upload, bytes]]
+        self, uploads: list[tuple[Upload, memoryview]]
     ) -> list[tuple[Manifest, bool] | Exception]:
         outcomes: list[tuple[Manifest, bool] | Exception | None] = [None] * len(uploads)
         existing = await self.index.manifests([u.task_hash for u, _ in uploads])
@@ -337,7 +355,7 @@ class Writes:
                 await self.capacity.make_room(0)
         return outcomes  # type: ignore[return-value]
 
-    async def _store_new(self, items: list[tuple[int, Upload, bytes]],
+    async def _store_new(self, items: list[tuple[int, Upload, memoryview]],
                          outcomes: list, now: float) -> None:
         """The part of :meth:`store_batch` that writes: the objects (one group commit,
         under every digest's lock), room under the cap for the bytes that were new and

@@ -28,11 +28,12 @@ def pack(items: Iterable[tuple[dict[str, Any], bytes | memoryview]]) -> bytes:
     return b"".join(parts)
 
 
-def unpack(body: bytes) -> list[tuple[Any, bytes]]:
+def unpack(body: bytes | bytearray | memoryview) -> list[tuple[Any, memoryview]]:
     """The ``(header, bytes)`` items of a batch body; every bound is checked before the
     bytes it covers are used. A header is whatever JSON it holds (the caller validates
-    its fields). Raises :class:`BatchFormatError`."""
-    items: list[tuple[Any, bytes]] = []
+    its fields). Each item's bytes are a view of ``body``, not a copy (a server holds a
+    batch once). Raises :class:`BatchFormatError`."""
+    items: list[tuple[Any, memoryview]] = []
     view = memoryview(body)
     pos = 0
     while pos < len(view):
@@ -57,6 +58,6 @@ def unpack(body: bytes) -> list[tuple[Any, bytes]]:
                                    "bytes (PUT larger ones)")
         if start + nbytes > len(view):
             raise BatchFormatError("batch body ends inside an object")
-        items.append((meta, bytes(view[start:start + nbytes])))
+        items.append((meta, view[start:start + nbytes]))
         pos = start + nbytes
     return items

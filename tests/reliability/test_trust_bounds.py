@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import dask
@@ -24,8 +25,9 @@ from client_lib import cached_compute, last_report, task_hashes
 from client_lib.execution.leases import lease_wait
 from tests._servers import RedisProcess
 from tests.conftest import FreshServer
-from tests.server.wire import encode_array, encode_pickle, new_hash, put
+from tests.server.wire import batch_body, encode_array, encode_pickle, new_hash, put
 from tests.stress.memory import store_random_array
+from tests.stress.strangers import peak_rss, reset_peak_rss
 
 pytestmark = pytest.mark.slow
 
@@ -227,3 +229,40 @@ def test_a_refresh_during_a_download_breaks_nothing(fresh_server: FreshServer) -
                     pass
         assert client.get("/v1/stats").json()["corrupt"] == corrupt_before
         assert client.get(f"/v1/objects/{task_hash}").content == fresh.body
+
+
+def test_concurrent_batches_are_held_to_the_body_budget(fresh_server: FreshServer) -> None:
+    budget = 128 * 2**20
+    server = fresh_server(max_body_memory=budget)
+    rng = np.random.default_rng(5)
+    items = [(new_hash(), encode_array(rng.integers(0, 255, 2**20 - 4096, dtype=np.uint8)))
+             for _ in range(63)]
+    body = batch_body(items)  # ~63 MiB, sent by all eight at once
+    headers = {"Content-Type": "application/x-result-batch"}
+
+    def post(_: int) -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/objects/batch", content=body, headers=headers,
+                          timeout=300)
+
+    before = reset_peak_rss(server.pid)
+    with ThreadPoolExecutor(8) as pool:
+        answers = pool.map(post, range(8))
+        health = httpx.get(f"{server.url}/healthz", timeout=30)
+        answers = list(answers)
+    growth = peak_rss(server.pid) - before
+    assert health.status_code == 200
+    statuses = sorted(a.status_code for a in answers)
+    # Each batch reserves its 63 MiB first: two fit the 128 MiB, the others come back later.
+    assert set(statuses) <= {200, 503} and statuses.count(200) >= 1
+    for answer in answers:
+        if answer.status_code == 503:
+            assert int(answer.headers["Retry-After"]) >= 1
+            assert "max_body_memory" in answer.json()["detail"]
+        else:
+            assert {r["status"] for r in answer.json()["results"]} <= {200, 201}
+    # It used to grow by ~1 GiB (a copy per item and a bytearray, per batch).
+    print(f"peak RSS growth {growth / 2**20:.1f} MiB, statuses {statuses}")
+    assert growth < budget + 96 * 2**20, growth / 2**20
+    stored = post(0)
+    assert stored.status_code == 200
+    assert {r["status"] for r in stored.json()["results"]} == {200}  # all indexed once

@@ -238,7 +238,7 @@ def _batch_upload(meta: Any, nbytes: int) -> Upload:
     )
 
 
-def parse_batch(body: bytes) -> list[tuple[Upload, bytes]]:
+def parse_batch(body: bytes | bytearray) -> list[tuple[Upload, memoryview]]:
     """Cut a batch body into uploads (docs/protocol.md, "Batched stores"; the framing is
     ``client_lib.wire.batch``'s). Raises :class:`InvalidRequest`."""
     try:
@@ -255,7 +255,7 @@ def parse_batch(body: bytes) -> list[tuple[Upload, bytes]]:
         "type": "string", "format": "binary",
         "description": "items back to back: 4-byte big-endian header length, JSON header, "
                        "body (docs/protocol.md, Batched stores)"}}}}},
-    responses=errors(400, 403, 413, 422),
+    responses=errors(400, 403, 413, 422, 503),
 )
 async def store_batch(request: Request, cache: CacheDep) -> JSONResponse:
     """Store many small objects with one group commit; answered once every stored object
@@ -265,7 +265,7 @@ async def store_batch(request: Request, cache: CacheDep) -> JSONResponse:
     if length is not None and length > bounds.MAX_BATCH_BYTES:
         raise BodyTooLarge(bounds.MAX_BATCH_BYTES)
     uploads, outcomes = await cache.store_batch(request.stream(), bounds.MAX_BATCH_BYTES,
-                                                parse_batch)
+                                                parse_batch, length)
     results = []
     for (upload, _), outcome in zip(uploads, outcomes, strict=True):
         if isinstance(outcome, Exception):
