@@ -9,8 +9,10 @@ commands use one cache, coordinated by locks in Redis (docs/design/replicas.md, 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from anyio import to_thread
 from redis.exceptions import RedisError
@@ -26,6 +28,19 @@ from cache_server.settings import Settings
 from storage import open_storage
 
 __all__ = ["open_cache"]
+
+logger = logging.getLogger("cache_server")
+
+
+async def _warn_if_evicting(client: Any) -> None:
+    """Say so at start when the (external) Redis may evict keys at its maxmemory: it would
+    drop index entries silently. ``noeviction`` refuses writes instead (answered 507)."""
+    with suppress(RedisError, OSError, KeyError, TypeError):
+        policy = (await client.config_get("maxmemory-policy"))["maxmemory-policy"]
+        if str(policy) != "noeviction":
+            logger.warning("Redis's maxmemory-policy is %s: at its maxmemory it evicts keys, "
+                           "index entries and leases among them, without a word; set "
+                           "maxmemory-policy noeviction (then full means 507)", policy)
 
 
 @asynccontextmanager
@@ -51,6 +66,8 @@ async def open_cache(
             embedded = EmbeddedRedis(data_dir / "redis", settings.redis_max_memory)
             redis_url = await to_thread.run_sync(embedded.start)
         client = connect(redis_url)
+        if embedded is None:
+            await _warn_if_evicting(client)
         index = RedisIndex(
             client,
             prefix=settings.redis_prefix,

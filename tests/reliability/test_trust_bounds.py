@@ -129,7 +129,9 @@ def test_run_reports_and_redis_memory_are_bounded(fresh_server: FreshServer,
     own = RedisProcess(tmp_path / "redis")
     try:
         db = redis.Redis.from_url(own.url)
+        db.config_set("maxmemory-policy", "allkeys-lru")  # would drop entries silently
         server = fresh_server(redis=own.url, max_run_bytes="2MiB", max_runs_bytes="8MiB")
+        assert "maxmemory-policy is allkeys-lru" in server.log_path.read_text()
         with httpx.Client(base_url=server.url, timeout=60) as client:
             # One report of 5000 tasks (~15 MiB, the most the schema allows): refused,
             # nothing recorded. It used to take ~17 MB of Redis per run, 1000 runs kept.
