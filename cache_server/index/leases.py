@@ -289,7 +289,8 @@ class LeaseStore:
         """(granted, stored, held by another), each in request order. ``hashes``: distinct
         (the service makes sure). ``client``: whose quota the new leases count in (a
         short key-safe name). :class:`LeaseBound` when the request could pass the leases'
-        bound or the client's quota (then nothing is leased on that shard)."""
+        bound or the client's quota (then nothing is leased: in a Cluster, what other
+        shards granted is released again)."""
         out: dict[str, list[str]] = {"0": [], "1": [], "2": []}
         for task_hash, flag in zip(hashes, await self.acquire_flags(hashes, holder, ttl,
                                                                     client), strict=True):
@@ -307,11 +308,17 @@ class LeaseStore:
                 str(self._shard_client_max)]
         answers = await self._per_shard(hashes, lambda shard, part: self._acquire(
             keys=self._keys(shard, client), args=[*head, *part]))
-        for _, answer in answers:
-            if _text(answer) == "T":
+        refused = [_text(a) for _, a in answers if _text(a) in ("T", "C")]
+        if refused:
+            # In a Cluster other shards may have granted their part: give it back, so a
+            # refused request leases nothing anywhere.
+            granted = dict.fromkeys(
+                h for part, answer in answers if _text(answer) not in ("T", "C")
+                for h, flag in zip(part, _text(answer), strict=True) if flag == "0")
+            await self.release(list(granted), holder, client)
+            if "T" in refused:
                 raise LeaseBound("total", self.max_leases)
-            if _text(answer) == "C":
-                raise LeaseBound("client", self.max_client_leases)
+            raise LeaseBound("client", self.max_client_leases)
         if len(answers) == 1:
             return _text(answers[0][1])
         return "".join(flag for _, flag in _in_order(hashes, answers))

@@ -268,3 +268,24 @@ def test_concurrent_batches_are_held_to_the_body_budget(fresh_server: FreshServe
     stored = post(0)
     assert stored.status_code == 200
     assert {r["status"] for r in stored.json()["results"]} == {200}  # all indexed once
+
+
+def test_a_refused_lease_request_leases_nothing_in_a_cluster(
+        fresh_server: FreshServer, redis_cluster_url: str) -> None:
+    # A Cluster's index has 16 shards (by a hash's first hex digit); each checks its share
+    # of the client's quota: 10 of 160.
+    server = fresh_server(redis=redis_cluster_url, max_client_leases=160)
+
+    def hashes(digit: str, n: int) -> list[str]:
+        return [digit + new_hash()[1:] for _ in range(n)]
+
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        first = hashes("0", 10)  # shard 0 full
+        assert client.post("/v1/leases", json={"holder": "a", "hashes": first}).json()[
+            "granted"] == first
+        second = hashes("0", 5) + hashes("1", 5)  # shard 1 has room, shard 0 none
+        refused = client.post("/v1/leases", json={"holder": "a", "hashes": second})
+        assert refused.status_code == 429
+        leased = [client.get(f"/v1/leases/{h}").json()["leased"] for h in second]
+        assert leased == [False] * 10  # not even on the shard that had room
+        assert all(client.get(f"/v1/leases/{h}").json()["leased"] for h in first)
