@@ -17,6 +17,7 @@ from client_lib.wire.bounds import (
     LEASE_BATCH,
     MAX_COMPUTE_SECONDS,
     MAX_LEASE_SECONDS,
+    MAX_RUN_BYTES,
     MIN_LEASE_SECONDS,
 )
 from storage import storage_url_problem
@@ -167,7 +168,7 @@ class Settings(BaseSettings):
         "tokens); a request that could pass it is answered 429",
     )
     max_run_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
-        default=4 * 2**20, gt=0,
+        default=MAX_RUN_BYTES, gt=0,
         description="largest run summary as stored (its task list); larger posts are "
         "answered 413",
     )

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import functools
 import getpass
+import json
 import logging
 import queue
 import socket
@@ -33,7 +34,7 @@ from ..core.notices import warn_once
 from ..hashing import GraphHashes
 from ..hashing.recipes import recipe_records
 from ..transport.interface import Transport
-from ..wire.bounds import MAX_RUN_TASKS
+from ..wire.bounds import MAX_RUN_BYTES, MAX_RUN_TASKS
 from .explain import explain_states, previous_of
 from .report import CacheReport
 
@@ -85,8 +86,9 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
                 done: int = 0, labels: Mapping[Key, str] | None = None,
                 ended: float | None = None) -> dict[str, Any]:
     """The JSON body of ``POST /v1/runs``; with ``states``, the task list (or, past
-    :data:`MAX_RUN_TASKS` tasks, the counts by label). ``ended``: when the run ended
-    (default now; the poster thread builds bodies after the run returned)."""
+    :data:`MAX_RUN_TASKS` tasks or half of :data:`MAX_RUN_BYTES`, the counts by label).
+    ``ended``: when the run ended (default now; the poster thread builds bodies after the
+    run returned)."""
     body: dict[str, Any] = {
         "run_id": run_id, "namespace": report.namespace, "host": _host(),
         "user": _user(), "started": started, "status": status, "tasks": report.tasks,
@@ -100,14 +102,16 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
     if states is None:
         return body
     labels = labels or {}
-    if len(states) > MAX_RUN_TASKS:
-        by_label: dict[str, Counter] = {}
-        for key, (state, _) in states.items():
-            by_label.setdefault(labels.get(key) or _name(key), Counter())[state] += 1
-        body["by_label"] = {label: dict(c) for label, c in
-                            list(by_label.items())[:MAX_RUN_TASKS]}
-        return body
-    body["task_list"] = task_list(states, graph or {}, labels, compact=True)
+    if len(states) <= MAX_RUN_TASKS:
+        tasks = task_list(states, graph or {}, labels, compact=True)
+        # Long keys and reasons can make even 5000 tasks more than the server keeps.
+        if len(json.dumps(tasks, separators=(",", ":"))) <= MAX_RUN_BYTES // 2:
+            body["task_list"] = tasks
+            return body
+    by_label: dict[str, Counter] = {}
+    for key, (state, _) in states.items():
+        by_label.setdefault(labels.get(key) or _name(key), Counter())[state] += 1
+    body["by_label"] = {label: dict(c) for label, c in list(by_label.items())[:MAX_RUN_TASKS]}
     return body
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 __all__ = ["LEASE_BATCH", "LOOKUP_BATCH", "MAX_BATCH_BYTES", "MAX_BATCH_HEADER_BYTES",
            "MAX_BATCH_ITEMS", "MAX_BATCH_OBJECT_BYTES", "MAX_COMPUTE_SECONDS",
            "MAX_LEASE_SECONDS", "MAX_RECIPE_BATCH", "MAX_RECIPE_BYTES",
-           "MAX_RUN_TASKS", "MAX_TTL_SECONDS", "MIN_LEASE_SECONDS"]
+           "MAX_RUN_BYTES", "MAX_RUN_TASKS", "MAX_TTL_SECONDS", "MIN_LEASE_SECONDS"]
 
 #: The largest ``X-Result-Compute-Seconds`` (about 116 days): a finite bound, so that sums
 #: of recorded seconds (seconds saved) stay finite.
@@ -31,3 +31,6 @@ MAX_RUN_TASKS = 5000
 #: ``POST /v1/recipes/previous``, and the JSON bytes of one recipe.
 MAX_RECIPE_BATCH = 5000
 MAX_RECIPE_BYTES = 8192
+#: A run summary as the server stores it (its default ``max_run_bytes``): a client whose
+#: task list would be larger sends counts by label instead.
+MAX_RUN_BYTES = 4 * 2**20

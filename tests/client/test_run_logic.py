@@ -174,3 +174,21 @@ def test_cheap_tasks_and_wide_graphs_take_no_leases() -> None:
     with dask.config.set({"result-cache.lease-limit": 2}):
         assert take_leases(run, _specs(run, "x", "y", "z")) == set()
     assert cache.calls["acquire_leases"] == 0
+
+
+def test_a_run_summary_too_large_for_the_server_sends_counts_by_label() -> None:
+    from client_lib.plan.report import CacheReport
+    from client_lib.plan.runs import run_summary
+    from client_lib.wire.bounds import MAX_RUN_BYTES
+
+    report = CacheReport()
+    small = {f"k{i}": ("computed", None) for i in range(100)}
+    assert len(run_summary(report, uuid.uuid4().hex, 1.0, "done", states=small)[
+        "task_list"]) == 100
+    # 1500 tasks with 1 KiB keys and reasons: ~3 MiB of task list, more than the server
+    # keeps by default (its max_run_bytes is 4 MiB as stored, with defaults written out).
+    large = {f"{i:05d}" + "k" * 1000: ("volatile", "r" * 1000) for i in range(1500)}
+    body = run_summary(report, uuid.uuid4().hex, 1.0, "done", states=large,
+                       labels=dict.fromkeys(large, "step"))
+    assert "task_list" not in body and body["by_label"] == {"step": {"volatile": 1500}}
+    assert len(str(body)) < MAX_RUN_BYTES
