@@ -83,9 +83,10 @@ class RunStore:
                 kept = int(await pipe.strlen(tasks_key))
             else:
                 kept = len(tasks_text)
-            size = len(text) + kept + int(await pipe.strlen(key + ":why"))
+            size = len(text) + kept
             if size > self.max_run_bytes:
                 raise RunTooLarge(size, self.max_run_bytes)
+            size += int(await pipe.strlen(key + ":why"))  # bounded by itself, counted here
             pipe.multi()
             pipe.set(key, text)
             if tasks_text is not None:
