@@ -100,6 +100,10 @@ def _lease_flood(fresh_server: FreshServer, redis_url: str) -> None:
                                               "hashes": [uuid.uuid4().hex]})
         assert refused.status_code == 429 and "max_client_leases" in refused.json()["detail"]
         assert int(refused.headers["Retry-After"]) >= 1
+        packed = a.post("/v1/leases/packed", params={"holder": "p", "ttl": 60},
+                        content="".join(new_hash() for _ in range(10)).encode(),
+                        headers={"Content-Type": "application/octet-stream"})
+        assert packed.status_code == 429  # the packed route counts in the same quota
         # Releasing gives quota back.
         released = a.post("/v1/leases/release", json={"holder": "h0",
                                                        "hashes": answers[0][1]})
