@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cache_server.index.client import parse_redis_url
+from cache_server.service.budget import DEFAULT_BODY_MEMORY
 from client_lib.wire.bounds import (
     LEASE_BATCH,
     MAX_COMPUTE_SECONDS,
@@ -134,9 +135,9 @@ class Settings(BaseSettings):
         description="seconds an upload may send nothing before it is aborted (408)",
     )
     max_body_memory: Annotated[int, BeforeValidator(parse_size)] = Field(
-        default=512 * 2**20, gt=0,
-        description="memory the object downloads in flight may hold together (each holds "
-        "at most a storage chunk and a piece); beyond it GETs are answered 503",
+        default=DEFAULT_BODY_MEMORY, gt=0,
+        description="memory the object bodies in flight may hold together: downloads (each "
+        "holds at most a storage chunk and a piece) and batches (their size); beyond it 503",
     )
     zero_copy_min_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
         default=16 * 2**20, ge=0,

@@ -7,7 +7,10 @@ from contextlib import contextmanager
 
 from cache_server.service.errors import Busy
 
-__all__ = ["MemoryBudget"]
+__all__ = ["DEFAULT_BODY_MEMORY", "MemoryBudget"]
+
+#: Bodies in flight together (downloads, uploads, batches): any mix stays within it.
+DEFAULT_BODY_MEMORY = 256 * 2**20
 
 
 class MemoryBudget:

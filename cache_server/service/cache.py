@@ -41,7 +41,7 @@ from cache_server.models import (
     RunWhy,
     Stats,
 )
-from cache_server.service.budget import MemoryBudget
+from cache_server.service.budget import DEFAULT_BODY_MEMORY, MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import EntryNotFound, IndexUnavailable, RunNotFound
 from cache_server.service.leases import LeaseBounds, Leases
@@ -83,7 +83,7 @@ class ResultCache:
         max_lease_hashes: int = LEASE_BATCH,
         max_uploads: int = 64,
         body_timeout: float = 30.0,
-        max_body_memory: int = 512 * 2**20,
+        max_body_memory: int = DEFAULT_BODY_MEMORY,
         zero_copy_min_bytes: int = ZERO_COPY_MIN_BYTES,
         lease_bounds: LeaseBounds | None = None,
         max_run_bytes: int = 4 * 2**20,

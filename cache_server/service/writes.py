@@ -41,7 +41,7 @@ from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Manifest
 from cache_server.service.body import UploadBody
-from cache_server.service.budget import MemoryBudget
+from cache_server.service.budget import DEFAULT_BODY_MEMORY, MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import (
     BodyTooLarge,
@@ -88,7 +88,7 @@ class Writes:
         self.max_uploads = max_uploads
         self.body_timeout = body_timeout
         #: What batches in memory reserve (shared with the downloads in flight).
-        self.memory = memory or MemoryBudget(512 * 2**20)
+        self.memory = memory or MemoryBudget(DEFAULT_BODY_MEMORY)
         self._uploads = 0  # in flight now
 
     async def store(
