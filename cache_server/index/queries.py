@@ -55,11 +55,12 @@ class IndexReads:
 
     # -- lookups ----------------------------------------------------------------------------
 
-    async def lookup(self, hashes: Sequence[str]) -> list[str]:
+    async def lookup(self, hashes: Sequence[str], *, counted: bool = True) -> list[str]:
         """The indexed subset of ``hashes`` (distinct, in order): one SMISMEMBER per shard.
 
         Counts every distinct hash in ``lookups``, the present ones in ``found`` and the
-        absent ones in ``misses`` (:meth:`.Telemetry.count_lookup`).
+        absent ones in ``misses`` (:meth:`.Telemetry.count_lookup`), unless ``counted`` is
+        false: the server's own questions (explanations) are not a client's lookups.
         """
         unique = list(dict.fromkeys(hashes))
         if not unique:
@@ -79,7 +80,8 @@ class IndexReads:
         if found and expiring:
             expired = await self.expired_among(found)
             found = [h for h in found if h not in expired]
-        self.telemetry.count_lookup(len(unique), len(found))
+        if counted:
+            self.telemetry.count_lookup(len(unique), len(found))
         return found
 
     async def lookup_packed(self, packed: bytes) -> bytes:

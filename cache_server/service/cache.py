@@ -320,7 +320,7 @@ class ResultCache:
         ``labels`` have entries (among the first few by hash) stored without a recipe."""
         previous = await self.recipes.previous(request.slots)
         named = sorted({r["hash"] for r in previous.values() if r["hash"]})
-        held = set(await self.index.lookup(named)) if named else set()
+        held = set(await self.index.lookup(named, counted=False)) if named else set()
         for record in previous.values():
             record["held"] = record["hash"] in held
         unrecorded = []
