@@ -48,7 +48,7 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
                 raised: list[RecordedWarning]) -> bool:
     """Offer a computed value to the policy; store it if chosen. Never raises; True if the
     server holds the value now (or will, once its queued batch is answered)."""
-    record_seconds(spec.label, seconds, bool(raised))  # its next tasks: lease, wrap?
+    record_seconds(spec.cost_key, seconds, bool(raised))  # its next tasks: lease, wrap?
     run = spec.run
     tally = run.tally()
     if tally.lost is not None:

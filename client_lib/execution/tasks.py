@@ -57,7 +57,7 @@ def _run_leased(spec: StoreSpec, call: Callable[[], Any]) -> Any:
         held = waited.held
     keeper = LeaseKeeper.get() if held else None
     if keeper is not None:
-        keeper.started(run, spec.task_hash, spec.label)
+        keeper.started(run, spec.task_hash, spec.cost_key)
     stored = False
     start = time.perf_counter()
     try:

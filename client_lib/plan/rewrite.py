@@ -89,6 +89,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
     outputs = _output_tasks(graph, m.keys)
     task_hashes = hashes.hashes
     labels = hashes.labels
+    cost_keys = hashes.cost_keys
     policy = run.policy
     ttl_default = default_ttl()
     ttl_annotated = bool(m.annotations.get("cache_ttl"))
@@ -117,7 +118,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
                 ttl = m.annotation("cache_ttl", key) if ttl_annotated else None
                 ttl = ttl_default if ttl is None else parse_ttl(ttl)
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
-                                       (), ttl, replace)
+                                       (), ttl, replace, cost_key=cost_keys.get(key, ""))
         stack.extend(node.dependencies)
     if policy.weighs_the_run:
         mark_chain_links(specs, kept)
@@ -147,7 +148,7 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
     loaded = set(loaded_keys)
     sources: dict[Key, tuple[str, ...]] = {}
     chains: dict[Key, float] = {}  # key -> expected seconds of its chain; inf: unknown
-    seen: dict[str, int] = {}  # label -> cheap tasks of it met so far
+    seen: dict[str, int] = {}  # cost key -> cheap tasks of it met so far
     unwrapped = 0.0
     for key in order:  # dependencies first
         if key not in kept:
@@ -163,11 +164,11 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
         chain = max(chains.get(d, _UNKNOWN) for d in deps) if deps else 0.0
         spec = specs.get(key)
         if spec is not None:
-            own = expected_seconds(spec.label)
+            own = expected_seconds(spec.cost_key)
             chain += _UNKNOWN if own is None else own
             if (chain < _UNKNOWN and not spec.is_output and not spec.overwrite
                     and not policy.may_store(chain, False)):
-                n = seen[spec.label] = seen.get(spec.label, 0) + 1
+                n = seen[spec.cost_key] = seen.get(spec.cost_key, 0) + 1
                 if n > _WRAP_FIRST and n % _WRAP_EVERY:
                     del specs[key]
                     spec = None
