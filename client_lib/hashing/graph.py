@@ -70,8 +70,8 @@ class GraphHashes:
     but must always run (side effects, e.g. P2P shuffle transfers); ``labels`` are
     readable names for the entries; ``cost_keys`` name what a task's cost is learned
     under (its label and its function's code fingerprint: two functions of one name keep
-    their own estimates, client_lib/policy/costs.py); ``digests`` the Merkle digests the hashes are made
-    from (equal to them unless a signing key keys the published hashes).
+    their own estimates, client_lib/policy/costs.py); ``digests`` the Merkle digests the
+    hashes are made from (equal to them unless a signing key keys the published hashes).
     """
 
     hashes: dict[Key, str] = field(default_factory=dict)
