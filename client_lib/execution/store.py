@@ -30,7 +30,7 @@ from ..wire import codec
 from .leases import release_leases
 from .replay import RecordedWarning, WarnedValue, merge
 from .specs import StoreSpec
-from .store_queue import Queued, StoreQueue, buffer_limit
+from .store_queue import BUFFER_FULL, MEMORY_PRESSURE, Queued, StoreQueue, buffer_limit
 from .tally import TALLIES, RunTally
 
 __all__ = ["finish_here", "flush_stores", "maybe_store", "remember_warnings"]
@@ -135,23 +135,33 @@ def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float, tally: Run
 
     def done(stored: bool, store_seconds: float, lost: str | None) -> None:
         tally.store_seconds += store_seconds
-        if lost is not None:
-            tally.lose(lost)
         if stored:
             tally.stored_one(spec.task_hash, enc.nbytes, spec.label)
             return
-        tally.outcome(spec.label, enc.nbytes, Reason.FAILED)
+        if lost == MEMORY_PRESSURE:
+            tally.outcome(spec.label, enc.nbytes, Reason.PRESSURE)
+        else:
+            if lost is not None:
+                tally.lose(lost)
+            tally.outcome(spec.label, enc.nbytes, Reason.FAILED)
         if spec.lease is not None:  # held (or taken over from a holder that let go)
             release_leases(run, [spec.task_hash])
 
     pending = StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc,
                                              seconds, spec.label, spec.ttl, done), limit)
-    if pending is None:
+    if pending == MEMORY_PRESSURE:
+        tally.outcome(spec.label, enc.nbytes, Reason.PRESSURE)
+        warn_once("result cache: this worker's memory neared Dask's memory target: results "
+                  "chosen to be stored were dropped from storing (counted in the run report)",
+                  key="store memory pressure")
+        return False
+    if pending == BUFFER_FULL:
         tally.outcome(spec.label, enc.nbytes, Reason.DROPPED)
         warn_once(f"result cache: the store buffer ({limit / 2**20:.0f} MiB, "
                   "result-cache.store-buffer) was full: results chosen to be stored were "
                   "dropped from storing (counted in the run report)", key="store buffer full")
         return False
+    assert isinstance(pending, int)
     tally.buffer_peak = max(tally.buffer_peak, pending)
     return True
 

@@ -7,7 +7,10 @@ docs/design/store-path.md, Write-behind.
 Bounded by bytes (``result-cache.store-buffer``, :func:`buffer_limit`): a result that would
 take the pending bytes over the bound is dropped from storing (the caller counts and
 reports it), so compute never waits for the writer and memory never grows without bound;
-a result larger than the whole bound is stored by its task, as before write-behind.
+a result larger than the whole bound is stored by its task, as before write-behind. On a
+distributed worker whose memory nears Dask's own thresholds (``distributed.worker.memory
+.target``, else ``.spill``), the result and every store still queued are dropped the same
+way, before the worker would have to spill or pause.
 ``cached_compute`` waits for its run's stores (:meth:`StoreQueue.wait`, at most
 ``result-cache.store-wait`` seconds, the report's ``store wait``) before it returns: every
 queued result is then durable on the server, or its failure was reported (a warning, and
@@ -38,7 +41,7 @@ from ..transport.interface import Transport
 from ..wire.bounds import MAX_BATCH_ITEMS, MAX_BATCH_OBJECT_BYTES
 from ..wire.codec import Encoded
 
-__all__ = ["Queued", "StoreQueue", "buffer_limit"]
+__all__ = ["BUFFER_FULL", "MEMORY_PRESSURE", "Queued", "StoreQueue", "buffer_limit"]
 
 logger = logging.getLogger("client_lib")
 
@@ -66,12 +69,39 @@ def buffer_limit() -> int:
     return _THREADED_BUFFER
 
 
+def _memory_room() -> float | None:
+    """On a distributed worker with a memory limit: the bytes its process may still grow
+    by before Dask's first memory threshold; None elsewhere."""
+    if "distributed" not in sys.modules:
+        return None
+    try:
+        from distributed import get_worker
+
+        limit = get_worker().memory_manager.memory_limit
+    except Exception:  # not on a worker (ValueError), or no memory manager
+        return None
+    if not limit:
+        return None
+    import dask
+    import psutil
+
+    fractions = [f for f in (dask.config.get("distributed.worker.memory.target", 0.6),
+                             dask.config.get("distributed.worker.memory.spill", 0.7))
+                 if f] or [0.6]
+    return limit * min(fractions) - psutil.Process().memory_info().rss
+
+
+#: Why ``StoreQueue.submit`` dropped a result.
+BUFFER_FULL, MEMORY_PRESSURE = "buffer full", "memory pressure"
+
+
 @dataclass(slots=True)
 class Queued:
     """One result waiting to be stored; ``done(stored, seconds, lost)`` runs on the
     writer's thread once the server answered (``stored`` False: not stored, whatever the
     reason; ``seconds``: this result's share of its request; ``lost``: why the server
-    failed, when it is unreachable)."""
+    failed, when it is unreachable), or on the submitting thread with ``lost`` set to
+    :data:`MEMORY_PRESSURE` when memory pressure dropped it unsent."""
 
     cache: Transport
     run_id: str
@@ -97,13 +127,18 @@ class StoreQueue:
         self._thread: threading.Thread | None = None
         atexit.register(self._at_exit)
 
-    def submit(self, item: Queued, limit: int) -> int | None:
-        """Queue ``item`` if the pending bytes stay within ``limit``: the pending bytes
-        with it, or None (dropped: nothing was queued)."""
+    def submit(self, item: Queued, limit: int) -> int | str:
+        """Queue ``item`` if the pending bytes stay within ``limit`` (and a worker's memory
+        has room for it): the pending bytes with it, or why it was dropped (nothing was
+        queued; under memory pressure the queued results not in flight go too)."""
         nbytes = item.encoded.nbytes
+        room = _memory_room()
+        if room is not None and room < nbytes:
+            self._drop_queued()
+            return MEMORY_PRESSURE
         with self._cond:
             if self.pending_bytes + nbytes > limit:
-                return None
+                return BUFFER_FULL
             self.pending_bytes += nbytes
             self._queue.append(item)
             self._open[item.run_id] = self._open.get(item.run_id, 0) + 1
@@ -113,6 +148,28 @@ class StoreQueue:
                 self._thread.start()
             self._cond.notify_all()
             return self.pending_bytes
+
+    def _drop_queued(self) -> None:
+        """Drop every result not in flight yet (memory pressure)."""
+        with self._cond:
+            dropped, self._queue = self._queue, []
+            self._answered(dropped)
+        for item in dropped:
+            try:
+                item.done(False, 0.0, MEMORY_PRESSURE)
+            except Exception as exc:  # a callback must never stop the queue
+                warn_once(f"result cache: after a store: {type(exc).__name__}: {exc}")
+
+    def _answered(self, items: list[Queued]) -> None:
+        """Count ``items`` as answered (under the lock)."""
+        for item in items:
+            self.pending_bytes -= item.encoded.nbytes
+            left = self._open.get(item.run_id, 0) - 1
+            if left > 0:
+                self._open[item.run_id] = left
+            else:
+                self._open.pop(item.run_id, None)
+        self._cond.notify_all()
 
     def wait(self, run_id: str, timeout: float | None = None) -> int:
         """Wait until every result ``run_id`` queued in this process was answered, at most
@@ -165,16 +222,9 @@ class StoreQueue:
                 except Exception as exc:  # a callback must never stop the queue
                     warn_once(f"result cache: after a store: {type(exc).__name__}: {exc}")
             with self._cond:
-                for item in batch:
-                    self.pending_bytes -= item.encoded.nbytes
-                    left = self._open.get(item.run_id, 0) - 1
-                    if left > 0:
-                        self._open[item.run_id] = left
-                    else:
-                        self._open.pop(item.run_id, None)
+                self._answered(batch)
                 item = None
                 batch = []  # the encoded bodies go now, not when the next batch comes
-                self._cond.notify_all()
 
 
 def _send(batch: list[Queued]) -> tuple[list[bool], str | None]:

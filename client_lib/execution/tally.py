@@ -69,7 +69,7 @@ class RunTally:
     def outcome(self, label: str, nbytes: int, reason: Reason) -> None:
         """A chosen result that was not stored after all (dropped, failed)."""
         with self._lock:
-            if reason is Reason.DROPPED:
+            if reason in (Reason.DROPPED, Reason.PRESSURE):
                 self.dropped += 1
             self._count(label, _SHORT_OF[reason], nbytes)
 

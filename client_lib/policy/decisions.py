@@ -25,6 +25,7 @@ class Reason(enum.Enum):
     CHEAP = "cheaper to recompute than any load (its size not even measured)"
     NOTHING = "nothing to store (None, or a handle to external state)"
     DROPPED = "chosen, but the store buffer was full (dropped from storing)"
+    PRESSURE = "chosen, but the worker's memory neared its limit (dropped from storing)"
     FAILED = "chosen, but the server did not store it"
 
 
@@ -51,6 +52,7 @@ _SHORT = {Reason.REFRESH: "refresh", Reason.POLICY: "policy", Reason.OUTPUT: "ou
           Reason.PAYS: "pays", Reason.DOES_NOT_PAY: "load costs more",
           Reason.OVER_BUDGET: "over byte bound", Reason.CHEAP: "cheap",
           Reason.NOTHING: "nothing to store", Reason.DROPPED: "buffer full",
+          Reason.PRESSURE: "memory pressure",
           Reason.FAILED: "store failed"}
 
 

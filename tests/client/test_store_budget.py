@@ -6,6 +6,7 @@ timing asserts (sleeps only make tasks cost at least what the policy needs to se
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -58,7 +59,7 @@ def test_every_link_of_a_chain_that_pays_is_stored(cache_server, capsys):
 
 
 def slow_part(i: int) -> np.ndarray:
-    time.sleep(0.02)
+    time.sleep(0.1)
     return np.full(512, float(i))
 
 
@@ -81,7 +82,8 @@ def test_intermediates_beyond_the_byte_bound_are_not_stored(cache_server, schedu
     report = last_report()
     admitted, allowed = report.run_bytes
     intermediates = report.stored - 1  # the output is stored outside the bound
-    assert 6 <= intermediates <= 9 and intermediates + report.over_budget == 16
+    assert 6 <= intermediates <= 9 and intermediates + report.over_budget == 16, (
+        report.functions)
     assert admitted <= allowed and admitted == intermediates * 512 * 8 + 0
     assert report.functions["slow_part"]["over byte bound"][0] == report.over_budget
     stores = httpx.get(f"{cache_server.url}/v1/stats").json()["stores"]
@@ -149,3 +151,30 @@ def test_a_failing_server_never_fails_the_run(cache_server):
     assert report.stored == 0 and report.functions["block"]["store failed"][0] >= 1
     assert report.fallback.startswith("cache server failed during the run, later stores "
                                       "skipped")  # one failure stops its stores
+
+
+def big_block(i: int) -> np.ndarray:
+    time.sleep(0.3)  # more than a default load of 16 MiB
+    return np.full(2**21, float(i))  # 16 MiB
+
+
+@pytest.mark.slow
+def test_memory_pressure_on_a_worker_drops_pending_stores(cache_server):
+    """A worker of 500 MB whose stores are held 1 s each: its queued copies would take it
+    past Dask's memory target, so stores are dropped (counted as memory pressure) before
+    that, and the run finishes on the worker it started with."""
+    from distributed import Client, LocalCluster
+
+    ns = uuid.uuid4().hex
+    with slow_store_proxy(cache_server.url, 1.0) as url, LocalCluster(
+            n_workers=1, threads_per_worker=2, memory_limit="500MB",
+            dashboard_address=":0") as cluster, Client(cluster) as client:
+        pid = client.run(os.getpid)
+        parts = [dask.delayed(big_block, pure=True)(i) for i in range(8)]
+        (value,) = cached_compute(dask.delayed(total, pure=True)(*parts), cache=url,
+                                  namespace=ns, scheduler=client)
+        assert client.run(os.getpid) == pid  # never restarted by its nanny
+    assert value == 2**21 * sum(range(8))
+    outcomes = last_report().functions["big_block"]
+    assert outcomes.get("memory pressure", [0])[0] >= 1, outcomes
+    assert sum(n for n, _ in outcomes.values()) == 8, outcomes
