@@ -24,7 +24,7 @@ from ..core.notices import warn_once
 from ..hashing.handles import is_handle
 from ..policy.costs import record_seconds
 from ..policy.decisions import Reason, StoreDecision
-from ..policy.modes import Candidate
+from ..policy.modes import LARGE_BYTES, Candidate
 from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
 from ..wire import codec
 from .leases import release_leases
@@ -65,9 +65,10 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
                                                            spec.is_output):
             # No size measured (the shortcut exists to skip it); an array says its own.
             nbytes = getattr(value, "nbytes", 0)
-            tally.decided(spec.label, nbytes if isinstance(nbytes, int) else 0,
-                          StoreDecision(False, Reason.CHEAP, f"recompute {seconds + upstream:.3g}"
-                                        " s costs less than any load"))
+            nbytes = nbytes if isinstance(nbytes, int) else 0
+            tally.decided(spec.label, nbytes, _CHEAP if nbytes < LARGE_BYTES else StoreDecision(
+                False, Reason.CHEAP, f"recompute {seconds + upstream:.3g} s costs less than "
+                "any load"))  # a large one's line says its numbers
             return False
         nbytes = sizeof(value)
         decision = (StoreDecision(True, Reason.REFRESH, "refresh") if spec.overwrite
@@ -89,7 +90,9 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
     return False
 
 
+# Skipped before the policy weighed them (one decision each, no text per task).
 _NOTHING = StoreDecision(False, Reason.NOTHING, "None or a handle")
+_CHEAP = StoreDecision(False, Reason.CHEAP, "recomputing costs less than any load")
 
 
 def _candidate(spec: StoreSpec, value: Any, seconds: float, upstream: float,
