@@ -60,9 +60,11 @@ DEFAULTS = {
             "latency": 0.005,  # seconds per load request
             "throughput": 150e6,  # bytes per second a load achieves
             # The bytes a run may add (client_lib/policy/budget.py): its intermediates at most
-            # this many times the bytes of the results it weighed or loaded (first come);
-            # the server's eviction keeps the cache within its cap.
+            # this many times the bytes it read (loaded, or computed by tasks with nothing
+            # upstream), plus min-run-bytes (first come); the server's eviction keeps the
+            # cache within its cap.
             "max-run-bytes": 1.0,
+            "min-run-bytes": 64 * 2**20,
         },
         # Write-behind (client_lib/execution/store_queue.py): bytes of chosen results a
         # process holds while they upload; over it a result is dropped from storing

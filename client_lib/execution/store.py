@@ -66,6 +66,8 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
             # No size measured (the shortcut exists to skip it); an array says its own.
             nbytes = getattr(value, "nbytes", 0)
             nbytes = nbytes if isinstance(nbytes, int) else 0
+            if not spec.dep_hashes:  # it read an input: what the run may add grows
+                tally.budget.add_read(nbytes)
             tally.decided(spec.label, nbytes, _CHEAP if nbytes < LARGE_BYTES else StoreDecision(
                 False, Reason.CHEAP, f"recompute {seconds + upstream:.3g} s costs less than "
                 "any load"))  # a large one's line says its numbers
@@ -73,7 +75,8 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
         nbytes = sizeof(value)
         decision = (StoreDecision(True, Reason.REFRESH, "refresh") if spec.overwrite
                     else tally.budget.decide(run.policy, _candidate(spec, value, seconds,
-                                                                    upstream, nbytes)))
+                                                                    upstream, nbytes),
+                                             reads=not spec.dep_hashes))
         tally.decided(spec.label, nbytes, decision)
         if decision.store:
             return _store(spec, _encoded(value, warned), seconds, nbytes, tally)
@@ -113,7 +116,9 @@ def _store(spec: StoreSpec, enc: codec.Encoded, seconds: float, nbytes: int,
     if run.batch and not spec.overwrite:
         limit = buffer_limit()
         if enc.nbytes <= limit:
-            return _queue_store(spec, enc, seconds, tally, limit)
+            queued = _queue_store(spec, enc, seconds, tally, limit)
+            if queued is not None:
+                return queued
     start = time.perf_counter()
     if run.cache.put(spec.task_hash, enc, seconds, spec.label, ttl=spec.ttl,
                      overwrite=spec.overwrite, run=run.run_id):
@@ -129,9 +134,11 @@ def _store(spec: StoreSpec, enc: codec.Encoded, seconds: float, nbytes: int,
 
 
 def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float, tally: RunTally,
-                 limit: int) -> bool:
+                 limit: int) -> bool | None:
     """Hand an encoded result to the process's write-behind; its outcome is counted (or
-    its lease released) once the server answered. False: the buffer was full, dropped."""
+    its lease released) once the server answered. False: the buffer was full (or the
+    worker's memory near its limit), dropped; None: so, but a requested output is never
+    dropped, its task stores it."""
     run = spec.run
     if enc.kind == "ndarray":  # the task's own array: a later task may change it in place
         enc.body = memoryview(bytes(enc.body))
@@ -152,6 +159,8 @@ def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float, tally: Run
 
     pending = StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc,
                                              seconds, spec.label, spec.ttl, done), limit)
+    if isinstance(pending, str) and spec.is_output:
+        return None
     if pending == MEMORY_PRESSURE:
         tally.outcome(spec.label, enc.nbytes, Reason.PRESSURE)
         warn_once("result cache: this worker's memory neared Dask's memory target: results "

@@ -217,9 +217,10 @@ class Run:
             report.store_seconds, report.buffer_peak = tally.store_seconds, tally.buffer_peak
             report.functions = tally.functions
             budget = tally.budget
-            if isinstance(self.settings.policy, AutoPolicy) and budget.seen_bytes:
+            policy = self.settings.policy
+            if isinstance(policy, AutoPolicy) and (budget.read_bytes or budget.admitted_bytes):
                 report.run_bytes = (budget.admitted_bytes, int(
-                    budget.seen_bytes * self.settings.policy.max_run_bytes))
+                    budget.read_bytes * policy.max_run_bytes + policy.min_run_bytes))
         lost = self.tally.lost
         if lost is not None and report.fallback is None:
             report.fallback = f"cache server failed during the run, later stores skipped ({lost})"

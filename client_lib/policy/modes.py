@@ -54,9 +54,9 @@ class Candidate:
     kind: str = "pickle"
     load_seconds: float | None = None
     load_samples: int = 0
-    # The bytes the run weighed or loaded so far in this process, this one included (None:
-    # a result weighed alone, outside a run), and those of the intermediates it admitted.
-    run_seen_bytes: int | None = None
+    # The bytes the run read so far in this process (None: a result weighed alone, outside
+    # a run), and those of the intermediates it admitted.
+    run_read_bytes: int | None = None
     run_admitted_bytes: int = 0
 
 
@@ -104,7 +104,7 @@ class AutoPolicy(Policy):
     computed in 4 s that takes 14 s to load is recomputed, not stored.
 
     Intermediates that pay are stored while the run's intermediates add at most
-    ``max_run_bytes`` times the bytes of the results the run weighed or loaded so far
+    ``max_run_bytes`` times the bytes the run read so far, plus ``min_run_bytes``
     (client_lib/policy/budget.py; first come). Storing is off the critical path (the
     write-behind of client_lib/execution/store_queue.py), so what it costs in seconds no
     longer limits what a run keeps.
@@ -114,6 +114,7 @@ class AutoPolicy(Policy):
     latency: float = 0.005
     throughput: float = 150e6
     max_run_bytes: float = 1.0
+    min_run_bytes: int = 64 * 2**20
 
     def load_seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.throughput
@@ -138,14 +139,14 @@ class AutoPolicy(Policy):
                f"({basis})")
         if c.is_output and not pays and c.nbytes < LARGE_BYTES:
             return StoreDecision(True, Reason.OUTPUT, f"requested output; {why}")
-        if not pays or c.is_output or c.run_seen_bytes is None:
+        if not pays or c.is_output or c.run_read_bytes is None:
             return StoreDecision(pays, Reason.PAYS if pays else Reason.DOES_NOT_PAY, why)
-        allowed = self.max_run_bytes * c.run_seen_bytes
+        allowed = self.max_run_bytes * c.run_read_bytes + self.min_run_bytes
         if c.run_admitted_bytes + c.nbytes > allowed:
             bound = (f"the run's intermediates {c.run_admitted_bytes / 2**20:.1f} MiB + this "
                      f"> {allowed / 2**20:.1f} MiB ({self.max_run_bytes:g} x "
-                     f"{c.run_seen_bytes / 2**20:.1f} MiB weighed or loaded, "
-                     "result-cache.auto.max-run-bytes)")
+                     f"{c.run_read_bytes / 2**20:.1f} MiB read + "
+                     f"{self.min_run_bytes / 2**20:.0f} MiB, result-cache.auto.max-run-bytes)")
             return StoreDecision(False, Reason.OVER_BUDGET, f"{OVER_BUDGET}: {bound}; {why}")
         return StoreDecision(True, Reason.PAYS, why)
 
@@ -208,6 +209,7 @@ def resolve_policy(policy: Any = None) -> Policy:
             latency=float(setting("auto.latency")),
             throughput=float(setting("auto.throughput")),
             max_run_bytes=float(setting("auto.max-run-bytes")),
+            min_run_bytes=int(setting("auto.min-run-bytes")),
         )
     if policy in _NAMED:
         return _NAMED[policy]()

@@ -62,16 +62,17 @@ def _intermediate(nbytes: int = 10**7) -> Candidate:
 
 
 def test_the_byte_bound_charges_what_it_admits_and_refuses_past_it() -> None:
-    policy = AutoPolicy(latency=0.005, throughput=1e9, max_run_bytes=0.5)
+    policy = AutoPolicy(latency=0.005, throughput=1e9, max_run_bytes=0.5, min_run_bytes=0)
     budget = RunBudget()
-    budget.add_read(10**7)  # a loaded result: 10 MB seen
-    first = budget.decide(policy, _intermediate())  # 20 MB seen, 10 MB allowed
+    budget.add_read(10**7)  # a loaded result: 10 MB read
+    first = budget.decide(policy, _intermediate(), reads=True)  # an input: 20 MB read
     assert first.store and first.reason is Reason.PAYS
-    assert (budget.seen_bytes, budget.admitted_bytes) == (2 * 10**7, 10**7)
-    second = budget.decide(policy, _intermediate())  # 30 MB seen, 15 allowed, 20 asked
+    assert (budget.read_bytes, budget.admitted_bytes) == (2 * 10**7, 10**7)
+    second = budget.decide(policy, _intermediate())  # 10 MB allowed, 20 asked
     assert not second.store and second.reason is Reason.OVER_BUDGET
     assert budget.admitted_bytes == 10**7  # a refusal costs nothing
-    assert budget.decide(policy, _intermediate()).store  # 40 MB seen: 20 MB fit
+    budget.add_read(2 * 10**7)
+    assert budget.decide(policy, _intermediate()).store  # 40 MB read: 20 MB fit
 
 
 def test_a_tally_counts_decisions_by_reason_and_keeps_large_ones() -> None:
@@ -104,7 +105,7 @@ def test_a_cluster_s_tallies_travel_and_add_up() -> None:
         total.merge(pickle.loads(pickle.dumps(worker)))  # as client.run returns it
     assert (total.stored, total.stored_bytes, total.waited_loaded) == (2, 30, 1)
     assert total.stored_hashes == {"a" * 32, "b" * 32} and total.lost == "server gone"
-    assert (total.budget.seen_bytes, total.budget.admitted_bytes) == (20, 25)
+    assert (total.budget.read_bytes, total.budget.admitted_bytes) == (20, 25)
     assert total.store_seconds == pytest.approx(0.25)
     assert total.functions == {"": {"stored": [1, 10]}, "f": {"stored": [1, 20]}}
 

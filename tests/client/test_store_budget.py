@@ -70,12 +70,13 @@ def total(*parts: np.ndarray) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("scheduler", ["threads", "sync"])
 def test_intermediates_beyond_the_byte_bound_are_not_stored(cache_server, scheduler):
-    """16 results that each pay back against a bound of half the bytes the run weighed:
-    about half are stored, first come, and the report says so."""
+    """16 results that each pay back (inputs of the run: what it read) against a bound of
+    half the bytes it read: about half are stored, first come, and the report says so."""
     ns = uuid.uuid4().hex
     parts = [dask.delayed(slow_part, pure=True)(i) for i in range(16)]
     before = httpx.get(f"{cache_server.url}/v1/stats").json()["stores"]
-    with dask.config.set({"result-cache.auto.max-run-bytes": 0.5}):
+    with dask.config.set({"result-cache.auto.max-run-bytes": 0.5,
+                          "result-cache.auto.min-run-bytes": 0}):
         (value,) = cached_compute(dask.delayed(total, pure=True)(*parts),
                                   cache=cache_server.url, namespace=ns, scheduler=scheduler)
     assert value == 512 * sum(range(16))
@@ -100,7 +101,8 @@ def test_over_bound_decisions_say_so(cache_server):
     """A large intermediate that pays but does not fit: the report says why."""
     ns = uuid.uuid4().hex
     big = dask.delayed(slow_ones, pure=True)(2**18)
-    with dask.config.set({"result-cache.auto.max-run-bytes": 0.0}):
+    with dask.config.set({"result-cache.auto.max-run-bytes": 0.0,
+                          "result-cache.auto.min-run-bytes": 0}):
         cached_compute(dask.delayed(np.sum, pure=True)(big), cache=cache_server.url,
                        namespace=ns, scheduler="threads")
     report = last_report()
