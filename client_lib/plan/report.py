@@ -92,7 +92,8 @@ class CacheReport:
         if self.run_bytes is not None:
             admitted, allowed = self.run_bytes
             lines.append(f"  run bytes: intermediates {admitted / 2**20:.1f} MiB of "
-                         f"{allowed / 2**20:.1f} MiB allowed (result-cache.auto.max-run-bytes)")
+                         f"{allowed / 2**20:.1f} MiB allowed (result-cache.auto.max-run-bytes "
+                         "x what it read, + min-run-bytes)")
         if self.store_seconds or self.buffer_peak:
             lines.append(f"  stores: {self.store_seconds:.3g} s in the background, buffer "
                          f"peak {self.buffer_peak / 2**20:.1f} MiB")
