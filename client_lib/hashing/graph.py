@@ -146,6 +146,7 @@ class GraphHasher:
                         result.hashes[key] = (digest.hex() if keyed is None
                                               else keyed.keyed_hash(digest))
                         result.labels[key] = self._label(node.func)
+                        result.cost_keys[key] = self._cost_key(node.func)
                         continue
             try:
                 digest = self._node_digest(key, node)
