@@ -231,6 +231,9 @@ class LeaseState(BaseModel):
 #: why), or found but computed anyway (a refresh, an entry that failed to load).
 TaskState = Literal["loaded", "culled", "computed", "stored", "volatile", "hit"]
 _Text = Annotated[str, Field(max_length=1024)]
+_MAX_STORE_LABELS = 256
+#: (results, bytes)
+_Counted = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=2, max_length=2)]
 
 
 class RunTask(BaseModel):
@@ -290,6 +293,15 @@ class RunSummary(BaseModel):
         default_factory=list, max_length=100,
         description="why its tasks were recomputed: causes with their task counts (read "
                     "only: POST /v1/runs/{run_id}/why records them)")
+    store_outcomes: dict[_Text, dict[_Text, _Counted]] = Field(
+        default_factory=dict, max_length=_MAX_STORE_LABELS,
+        description="per function (label): how many results, and their bytes, were stored "
+                    "or skipped, by reason in a few words (\"stored\", \"cheap\", \"buffer "
+                    "full\", ...)")
+    store_seconds: Annotated[float, Field(ge=0, lt=1e9)] = Field(
+        default=0.0, description="seconds the run's stores took, mostly in the background")
+    store_wait: Annotated[float, Field(ge=0, lt=1e9)] = Field(
+        default=0.0, description="seconds the run's end waited for its stores")
 
 
 class RunWhy(BaseModel):

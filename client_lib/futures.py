@@ -234,7 +234,8 @@ class CachedClient:
                 specs.append(None)
                 continue
             store = StoreSpec(run, task_hash, hashes.labels.get(key, ""), True, (), ttl,
-                              overwrite=task_hash in hits and not hit)
+                              overwrite=task_hash in hits and not hit,
+                              cost_key=hashes.cost_keys.get(key, ""))
             specs.append(CallSpec(store, hit, hashes.digests[key]))
         computed = [s.store for s in specs if s is not None and not s.hit]
         take_leases(run, computed, hits)

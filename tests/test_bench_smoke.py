@@ -21,8 +21,8 @@ SCRIPTS = sorted(p.name for p in (REPO / "bench").glob("*.py") if not p.name.sta
 
 def test_one_script_per_measure() -> None:
     assert SCRIPTS == [
-        "array_throughput.py", "batch_lookup.py", "branch_reuse.py", "cluster_lookup.py",
-        "cold_overhead.py",
+        "array_branch.py", "array_throughput.py", "batch_lookup.py", "branch_reuse.py",
+        "cluster_lookup.py", "cold_overhead.py",
         "concurrent_lookups.py", "dashboard_costs.py", "direct_read.py", "memory_per_task.py",
         "profile_phases.py", "recipe_cost.py",
         "replicas.py", "s3_throughput.py", "seed_reduction.py", "vs_graphchain.py",

@@ -59,13 +59,19 @@ DEFAULTS = {
             # process has not loaded yet (client_lib/policy/speeds.py learns the real ones).
             "latency": 0.005,  # seconds per load request
             "throughput": 150e6,  # bytes per second a load achieves
-            # The run's store budget (client_lib/policy/budget.py): the intermediates a run stores
-            # may take this fraction of the seconds its tasks computed, in store seconds
-            # (latency + bytes at the learned store speed, before any at the default).
-            "store-budget": 0.1,
-            "store-latency": 0.001,  # seconds per stored result (batched: little)
-            "store-throughput": 100e6,  # bytes per second a store achieves
+            # The bytes a run may add (client_lib/policy/budget.py): its intermediates at most
+            # this many times the bytes it read (loaded, or computed by tasks with nothing
+            # upstream), plus min-run-bytes (first come); the server's eviction keeps the
+            # cache within its cap.
+            "max-run-bytes": 1.0,
+            "min-run-bytes": 64 * 2**20,
         },
+        # Write-behind (client_lib/execution/store_queue.py): bytes of chosen results a
+        # process holds while they upload; over it a result is dropped from storing
+        # (counted, reported). None: a quarter of a distributed worker's memory limit,
+        # else 1 GiB. "256 MiB" or a number of bytes.
+        "store-buffer": None,
+        "store-wait": 120,  # seconds a run's end waits for its stores at most
     }
 }
 

@@ -94,7 +94,7 @@ def take_leases(run: StoreRun, specs: Iterable[StoreSpec],
     lease changes nothing (every task computes)."""
     floor = float(setting("auto.latency"))
     specs = [spec for spec in specs
-             if (seconds := expected_seconds(spec.label)) is None or seconds > floor]
+             if (seconds := expected_seconds(spec.cost_key)) is None or seconds > floor]
     wanted = {spec.task_hash for spec in specs}
     limit = int(setting("lease-limit"))
     if not wanted or len(wanted) > limit:

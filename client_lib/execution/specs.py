@@ -43,4 +43,10 @@ class StoreSpec:
     ttl: float | None = None  # seconds the entry lives; None: until evicted
     overwrite: bool = False  # refresh: replace the entry, whatever the policy says
     lease: str | None = None  # "held": this run leased the hash; "wait": another run did
-    chain_next: str | None = None  # a link of a chain going on to this label (budget.py)
+    # What its cost is learned under (client_lib/policy/costs.py): the label and the code
+    # fingerprint of its function; "": the label alone.
+    cost_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cost_key:
+            self.cost_key = self.label

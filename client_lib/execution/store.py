@@ -1,8 +1,9 @@
 """Storing a computed result, on whatever executes the task: offered to the policy once
-(the decision is data, :class:`~client_lib.policy.decisions.StoreDecision`), uploaded
-(``PUT``) or queued for a batch (:mod:`.store_queue`), and counted in the run's tally
-(:mod:`.tally`). A store never fails the task: whatever happens to the upload, the value
-is returned unchanged by the caller.
+(the decision is data, :class:`~client_lib.policy.decisions.StoreDecision`), encoded and
+handed to the process's write-behind (:mod:`.store_queue`; uploaded by the task itself when
+its run cannot wait for that queue, or the result is larger than the whole buffer), and
+counted in the run's tally (:mod:`.tally`). A store never fails the task: whatever happens
+to the upload, the value is returned unchanged by the caller.
 
 What is never stored: ``None`` (a task that returns nothing exists for its side effect,
 which a load would skip) and handles to external state (client_lib/hashing/handles.py).
@@ -17,19 +18,19 @@ from typing import Any
 
 from dask.sizeof import sizeof
 
+from ..core.config import setting
 from ..core.errors import CacheAccessDenied, CacheUnavailable
 from ..core.notices import warn_once
 from ..hashing.handles import is_handle
 from ..policy.costs import record_seconds
 from ..policy.decisions import Reason, StoreDecision
-from ..policy.modes import Candidate
+from ..policy.modes import LARGE_BYTES, Candidate
 from ..policy.speeds import LOAD_SPEEDS, STORE_SPEEDS
 from ..wire import codec
-from ..wire.bounds import MAX_BATCH_OBJECT_BYTES
 from .leases import release_leases
 from .replay import RecordedWarning, WarnedValue, merge
 from .specs import StoreSpec
-from .store_queue import Queued, StoreQueue
+from .store_queue import BUFFER_FULL, MEMORY_PRESSURE, Queued, StoreQueue, buffer_limit
 from .tally import TALLIES, RunTally
 
 __all__ = ["finish_here", "flush_stores", "maybe_store", "remember_warnings"]
@@ -48,7 +49,7 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
                 raised: list[RecordedWarning]) -> bool:
     """Offer a computed value to the policy; store it if chosen. Never raises; True if the
     server holds the value now (or will, once its queued batch is answered)."""
-    record_seconds(spec.label, seconds, bool(raised))  # its next tasks: lease, wrap?
+    record_seconds(spec.cost_key, seconds, bool(raised))  # its next tasks: lease, wrap?
     run = spec.run
     tally = run.tally()
     if tally.lost is not None:
@@ -57,20 +58,25 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
         upstream = _upstream_seconds(spec.dep_hashes)
         _record_chain(spec.task_hash, seconds + upstream)
         warned = _warnings_with_upstream(spec, raised)
-        tally.budget.add_compute(seconds)
-        if value is None or is_handle(value):
-            return False  # a side effect's marker, or a handle: a load could not stand for it
-        if not spec.overwrite and (spec.chain_next is not None or not run.policy.may_store(
-                seconds + upstream, spec.is_output)):
+        if value is None or is_handle(value):  # a load could not stand for either
+            tally.decided(spec.label, 0, _NOTHING)
+            return False
+        if not spec.overwrite and not run.policy.may_store(seconds + upstream,
+                                                           spec.is_output):
             # No size measured (the shortcut exists to skip it); an array says its own.
             nbytes = getattr(value, "nbytes", 0)
-            if isinstance(nbytes, int):
-                tally.decided(spec.label, nbytes, _unweighed(spec, seconds + upstream))
+            nbytes = nbytes if isinstance(nbytes, int) else 0
+            if not spec.dep_hashes:  # it read an input: what the run may add grows
+                tally.budget.add_read(nbytes)
+            tally.decided(spec.label, nbytes, _CHEAP if nbytes < LARGE_BYTES else StoreDecision(
+                False, Reason.CHEAP, f"recompute {seconds + upstream:.3g} s costs less than "
+                "any load"))  # a large one's line says its numbers
             return False
         nbytes = sizeof(value)
         decision = (StoreDecision(True, Reason.REFRESH, "refresh") if spec.overwrite
                     else tally.budget.decide(run.policy, _candidate(spec, value, seconds,
-                                                                    upstream, nbytes)))
+                                                                    upstream, nbytes),
+                                             reads=not spec.dep_hashes))
         tally.decided(spec.label, nbytes, decision)
         if decision.store:
             return _store(spec, _encoded(value, warned), seconds, nbytes, tally)
@@ -87,13 +93,9 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
     return False
 
 
-def _unweighed(spec: StoreSpec, chain_seconds: float) -> StoreDecision:
-    """Why a result was skipped before the policy weighed it (for the report)."""
-    if spec.chain_next is not None:
-        return StoreDecision(False, Reason.CHAIN_LINK,
-                             f"a link of a chain going on to {spec.chain_next}")
-    return StoreDecision(False, Reason.CHEAP,
-                         f"recompute {chain_seconds:.3g} s costs less than any load")
+# Skipped before the policy weighed them (one decision each, no text per task).
+_NOTHING = StoreDecision(False, Reason.NOTHING, "None or a handle")
+_CHEAP = StoreDecision(False, Reason.CHEAP, "recomputing costs less than any load")
 
 
 def _candidate(spec: StoreSpec, value: Any, seconds: float, upstream: float,
@@ -101,44 +103,79 @@ def _candidate(spec: StoreSpec, value: Any, seconds: float, upstream: float,
     kind = codec.kind_of(value)
     learned = LOAD_SPEEDS.estimate(kind, nbytes)
     return Candidate(spec.task_hash, spec.label, seconds, upstream, nbytes, spec.is_output,
-                     kind, *(learned or (None, 0)), store_rate=STORE_SPEEDS.rate())
+                     kind, *(learned or (None, 0)))
 
 
 def _store(spec: StoreSpec, enc: codec.Encoded, seconds: float, nbytes: int,
            tally: RunTally) -> bool:
-    """Upload a chosen result (small ones of a batching run: queued). The entry records
-    the task's own time (the chain is only this run's estimate, for the policy)."""
+    """Store a chosen result: queued for the write-behind when its run waits for it, else
+    uploaded here. True if stored or queued (a result the full buffer drops is counted
+    and not stored). The entry records the task's own time (the chain is only this run's
+    estimate, for the policy)."""
     run = spec.run
-    if run.batch and not spec.overwrite and enc.nbytes <= MAX_BATCH_OBJECT_BYTES:
-        _queue_store(spec, enc, seconds, tally)
-        return True
+    if run.batch and not spec.overwrite:
+        limit = buffer_limit()
+        if enc.nbytes <= limit:
+            queued = _queue_store(spec, enc, seconds, tally, limit)
+            if queued is not None:
+                return queued
     start = time.perf_counter()
     if run.cache.put(spec.task_hash, enc, seconds, spec.label, ttl=spec.ttl,
                      overwrite=spec.overwrite, run=run.run_id):
-        STORE_SPEEDS.record(enc.nbytes, time.perf_counter() - start)
-        tally.stored_one(spec.task_hash, nbytes)
+        elapsed = time.perf_counter() - start
+        STORE_SPEEDS.record(enc.nbytes, elapsed)
+        tally.store_seconds += elapsed
+        tally.stored_one(spec.task_hash, nbytes, spec.label)
         return True
+    tally.outcome(spec.label, nbytes, Reason.FAILED)
     if spec.overwrite:  # no room for the new value: never serve the old one
         run.cache.delete(spec.task_hash)
     return False
 
 
-def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float,
-                 tally: RunTally) -> None:
-    """Hand a small encoded result to the process's :class:`StoreQueue`; its outcome is
-    counted (or its lease released) once the server answered."""
+def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float, tally: RunTally,
+                 limit: int) -> bool | None:
+    """Hand an encoded result to the process's write-behind; its outcome is counted (or
+    its lease released) once the server answered. False: the buffer was full (or the
+    worker's memory near its limit), dropped; None: so, but a requested output is never
+    dropped, its task stores it."""
     run = spec.run
     if enc.kind == "ndarray":  # the task's own array: a later task may change it in place
         enc.body = memoryview(bytes(enc.body))
 
-    def done(stored: bool) -> None:
+    def done(stored: bool, store_seconds: float, lost: str | None) -> None:
+        tally.store_seconds += store_seconds
         if stored:
-            tally.stored_one(spec.task_hash, enc.nbytes)
-        elif spec.lease is not None:  # held (or taken over from a holder that let go)
+            tally.stored_one(spec.task_hash, enc.nbytes, spec.label)
+            return
+        if lost == MEMORY_PRESSURE:
+            tally.outcome(spec.label, enc.nbytes, Reason.PRESSURE)
+        else:
+            if lost is not None:
+                tally.lose(lost)
+            tally.outcome(spec.label, enc.nbytes, Reason.FAILED)
+        if spec.lease is not None:  # held (or taken over from a holder that let go)
             release_leases(run, [spec.task_hash])
 
-    StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc, seconds,
-                                   spec.label, spec.ttl, done))
+    pending = StoreQueue.get().submit(Queued(run.cache, run.run_id, spec.task_hash, enc,
+                                             seconds, spec.label, spec.ttl, done), limit)
+    if isinstance(pending, str) and spec.is_output:
+        return None
+    if pending == MEMORY_PRESSURE:
+        tally.outcome(spec.label, enc.nbytes, Reason.PRESSURE)
+        warn_once("result cache: this worker's memory neared Dask's memory target: results "
+                  "chosen to be stored were dropped from storing (counted in the run report)",
+                  key="store memory pressure")
+        return False
+    if pending == BUFFER_FULL:
+        tally.outcome(spec.label, enc.nbytes, Reason.DROPPED)
+        warn_once(f"result cache: the store buffer ({limit / 2**20:.0f} MiB, "
+                  "result-cache.store-buffer) was full: results chosen to be stored were "
+                  "dropped from storing (counted in the run report)", key="store buffer full")
+        return False
+    assert isinstance(pending, int)
+    tally.buffer_peak = max(tally.buffer_peak, pending)
+    return True
 
 
 def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> codec.Encoded:
@@ -152,8 +189,15 @@ def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> codec.Encoded:
 
 
 def flush_stores(run_id: str) -> None:
-    """Wait until every result ``run_id`` queued in this process is stored or failed."""
-    StoreQueue.get().wait(run_id)
+    """Wait until every result ``run_id`` queued in this process is stored or failed, at
+    most ``result-cache.store-wait`` seconds; those not answered by then are counted in
+    the run's tally as unconfirmed."""
+    left = StoreQueue.get().wait(run_id, float(setting("store-wait")))
+    if left:
+        TALLIES.of(run_id).unconfirmed += left
+        warn_once(f"result cache: {left} store(s) of a run were not answered within "
+                  "result-cache.store-wait; they go on in the background",
+                  key="store wait exceeded")
 
 
 def finish_here(run_id: str) -> tuple[str | None, RunTally]:

@@ -29,6 +29,7 @@ from .leases import LeaseKeeper, wait_for_holder
 from .replay import recording, replay, unwrap
 from .specs import StoreSpec
 from .store import maybe_store, remember_warnings
+from .tally import TALLIES
 
 __all__ = ["load_result", "run_and_store", "run_group"]
 
@@ -57,7 +58,7 @@ def _run_leased(spec: StoreSpec, call: Callable[[], Any]) -> Any:
         held = waited.held
     keeper = LeaseKeeper.get() if held else None
     if keeper is not None:
-        keeper.started(run, spec.task_hash, spec.label)
+        keeper.started(run, spec.task_hash, spec.cost_key)
     stored = False
     start = time.perf_counter()
     try:
@@ -120,7 +121,10 @@ def load_result(cache: Transport, task_hash: str, label: str, run: str | None = 
     except ResultCacheError as exc:
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
     # What loading this kind and size takes here, for the auto policy (policy/speeds.py).
-    LOAD_SPEEDS.record(codec.kind_of(value), sizeof(value), time.perf_counter() - start)
+    nbytes = sizeof(value)
+    LOAD_SPEEDS.record(codec.kind_of(value), nbytes, time.perf_counter() - start)
+    if run is not None:  # what the run read, for its byte bound (client_lib/policy/budget.py)
+        TALLIES.of(run).budget.add_read(nbytes)
     value, warned = unwrap(value)
     if value is None or is_handle(value):  # never stored by this version
         raise CacheEntryUnavailable(task_hash, "holds a handle to external state")

@@ -224,6 +224,10 @@ class Encoder:
         """A function, class or other callable, by its fingerprint."""
         self._out.append(b"F" + self._code.digest(obj))
 
+    def fingerprint(self, obj: Any) -> bytes:
+        """A callable's code fingerprint (cached for this pass), without writing it."""
+        return self._code.digest(obj)
+
     def write_versioned_callable(self, obj: Any, version: str) -> None:
         """A callable with ``version`` standing for the code of the function or class it
         calls (``dask.annotate(cache_version=...)``); its bound state still counts."""

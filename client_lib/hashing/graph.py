@@ -68,14 +68,17 @@ class GraphHashes:
     ``hashes`` holds the 32-hex task hash of every hashable node; ``volatile`` maps the
     keys that must not be cached to the reason; ``pinned`` holds tasks that have a hash
     but must always run (side effects, e.g. P2P shuffle transfers); ``labels`` are
-    readable names for the entries; ``digests`` the Merkle digests the hashes are made
-    from (equal to them unless a signing key keys the published hashes).
+    readable names for the entries; ``cost_keys`` name what a task's cost is learned
+    under (its label and its function's code fingerprint: two functions of one name keep
+    their own estimates, client_lib/policy/costs.py); ``digests`` the Merkle digests the
+    hashes are made from (equal to them unless a signing key keys the published hashes).
     """
 
     hashes: dict[Key, str] = field(default_factory=dict)
     volatile: dict[Key, str] = field(default_factory=dict)
     pinned: set[Key] = field(default_factory=set)
     labels: dict[Key, str] = field(default_factory=dict)
+    cost_keys: dict[Key, str] = field(default_factory=dict)
     digests: dict[Key, bytes] = field(default_factory=dict)
 
 
@@ -111,6 +114,7 @@ class GraphHasher:
         self.kinds = TaskKinds()
         self._in_progress: set[Key] = set()
         self._labels: dict[int, str] = {}  # by id of a function in the graph
+        self._cost_keys: dict[int, str] = {}  # likewise
         self._heads: dict[int, tuple[Any, bytes]] = {}  # see _task_body
         in_graph = {
             TaskRef: self._ref,
@@ -142,6 +146,7 @@ class GraphHasher:
                         result.hashes[key] = (digest.hex() if keyed is None
                                               else keyed.keyed_hash(digest))
                         result.labels[key] = self._label(node.func)
+                        result.cost_keys[key] = self._cost_key(node.func)
                         continue
             try:
                 digest = self._node_digest(key, node)
@@ -196,6 +201,7 @@ class GraphHasher:
                     version = self.annotations.annotation("cache_version", key)
                 self._task_body(node, version, top=True)
                 self.result.labels[key] = self._label(node.func)
+                self.result.cost_keys[key] = self._cost_key(node.func)
             else:
                 raise VolatileValue(f"unknown graph node type {type(node).__name__}")
         return sub.value
@@ -295,6 +301,18 @@ class GraphHasher:
                 label = type(func).__name__
             self._labels[id(func)] = label
         return label
+
+    def _cost_key(self, func: Any) -> str:
+        """The label and the function's code fingerprint (computed once per function; the
+        fingerprint is cached by the hashing pass already)."""
+        cost_key = self._cost_keys.get(id(func))
+        if cost_key is None:
+            try:
+                cost_key = f"{self._label(func)}@{self.enc.fingerprint(func).hex()[:16]}"
+            except Exception:  # a versioned or unhashable callable: by its name only
+                cost_key = self._label(func)
+            self._cost_keys[id(func)] = cost_key
+        return cost_key
 
     # -- graph nodes inside arguments -------------------------------------------------------
 

@@ -52,14 +52,20 @@ class CacheReport:
     # why each large result (>= 1 MiB) was or was not stored, where the policy decided
     store_decisions: list[str] = field(default_factory=list)
     stored_bytes: int = 0  # of the results stored (as encoded, or as measured)
-    # Why the other candidates were not stored (the ``auto`` policy, client_lib/policy/budget.py):
-    # links of chains whose later step is a candidate, results that paid but did not fit
-    # the run's store budget; the rest cost less to recompute than to load (or were
-    # ``None``, handles).
-    chain_links: int = 0
+    # Cheap tasks left without a store wrapper (client_lib/plan/rewrite.py); results that
+    # paid but did not fit the run's byte bound (``auto``, client_lib/policy/budget.py); results
+    # chosen but dropped by a full write-behind buffer, or not answered within
+    # result-cache.store-wait (client_lib/execution/store_queue.py).
+    unwrapped: int = 0
     over_budget: int = 0
-    # (estimated store seconds the run's intermediates took, seconds allowed): the budget
-    store_budget: tuple[float, float] | None = None
+    dropped: int = 0
+    unconfirmed: int = 0
+    store_seconds: float = 0.0  # the stores' own seconds, mostly in the background
+    buffer_peak: int = 0  # the most bytes the write-behind held at once
+    # (bytes the run's intermediates were admitted to add, bytes the bound allowed)
+    run_bytes: tuple[int, int] | None = None
+    # per function (label): outcome ("stored", or why not, in a few words) -> [n, bytes]
+    functions: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     loaded_keys: list[Hashable] = field(default_factory=list)
     computed_keys: list[Hashable] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -79,13 +85,22 @@ class CacheReport:
         ]
         if self.not_storing:
             lines.append(f"  stores nothing: {self.not_storing}")
-        if self.chain_links or self.over_budget:
-            lines.append(f"  not stored: {self.chain_links} links of chains (a later step is "
-                         f"the candidate), {self.over_budget} over the run's store budget")
-        if self.store_budget is not None:
-            spent, allowed = self.store_budget
-            lines.append(f"  store budget: intermediates ~{spent:.3g} s of {allowed:.3g} s "
-                         "allowed (result-cache.auto.store-budget)")
+        if self.over_budget or self.dropped or self.unconfirmed:
+            lines.append(f"  not stored: {self.over_budget} over the run's byte bound, "
+                         f"{self.dropped} dropped (store buffer full), {self.unconfirmed} "
+                         "not answered within result-cache.store-wait")
+        if self.run_bytes is not None:
+            admitted, allowed = self.run_bytes
+            lines.append(f"  run bytes: intermediates {admitted / 2**20:.1f} MiB of "
+                         f"{allowed / 2**20:.1f} MiB allowed (result-cache.auto.max-run-bytes "
+                         "x what it read, + min-run-bytes)")
+        if self.store_seconds or self.buffer_peak:
+            lines.append(f"  stores: {self.store_seconds:.3g} s in the background, buffer "
+                         f"peak {self.buffer_peak / 2**20:.1f} MiB")
+        for label, outcomes in _by_bytes(self.functions)[:_FUNCTIONS_SHOWN]:
+            parts = ", ".join(f"{outcome} {n} ({nbytes / 2**20:.1f} MiB)" for outcome,
+                              (n, nbytes) in sorted(outcomes.items()))
+            lines.append(f"  {label}: {parts}")
         for reason, n in self.volatile_reasons.most_common(10):
             lines.append(f"  volatile x{n}: {reason}")
         if self.untrusted:
@@ -106,6 +121,14 @@ class CacheReport:
             phases = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in self.seconds.items())
             lines.append(f"  time: {phases}")
         return "\n".join(lines)
+
+
+_FUNCTIONS_SHOWN = 12
+
+
+def _by_bytes(functions: dict[str, dict[str, list[int]]]) -> list:
+    """Functions with the most bytes weighed first."""
+    return sorted(functions.items(), key=lambda item: -sum(b for _, b in item[1].values()))
 
 
 def set_last_report(report: CacheReport) -> None:

@@ -19,7 +19,6 @@ from dask._task_spec import Alias, Dict, GraphNode, Task, TaskRef
 from ..execution.specs import StoreRun, StoreSpec
 from ..execution.tasks import load_result, run_and_store, run_group
 from ..hashing import GraphHashes
-from ..policy.budget import mark_chain_links
 from ..policy.costs import expected_seconds
 from ..policy.expiry import default_ttl, parse_ttl
 from ..policy.modes import Policy
@@ -44,10 +43,7 @@ class Rewritten:
     loaded_keys: list[Key]  # keys (of the unfused graph) that became loads
     computed_keys: list[Key]  # tasks that run
     specs: dict[Key, StoreSpec]  # the store wrappers, by key (leases are set on them)
-    chained: int = 0  # of the wrapped, links of chains: never stored (client_lib/policy/budget.py)
-    # expected seconds of the tasks left unwrapped: the run counts them towards its store
-    # budget unmeasured (``auto``)
-    unwrapped: float = 0.0
+    unwrapped: int = 0  # cheap tasks left without a store wrapper
 
 
 def _trivial(node: Task) -> bool:
@@ -89,6 +85,7 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
     outputs = _output_tasks(graph, m.keys)
     task_hashes = hashes.hashes
     labels = hashes.labels
+    cost_keys = hashes.cost_keys
     policy = run.policy
     ttl_default = default_ttl()
     ttl_annotated = bool(m.annotations.get("cache_ttl"))
@@ -117,26 +114,22 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
                 ttl = m.annotation("cache_ttl", key) if ttl_annotated else None
                 ttl = ttl_default if ttl is None else parse_ttl(ttl)
                 specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
-                                       (), ttl, replace)
+                                       (), ttl, replace, cost_key=cost_keys.get(key, ""))
         stack.extend(node.dependencies)
-    if policy.weighs_the_run:
-        mark_chain_links(specs, kept)
     unwrapped = _link_upstream(specs, kept, loaded_keys, task_hashes, order, policy)
-    chained = sum(spec.chain_next is not None for spec in specs.values())
     executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
     culled = max(len(order) - len(kept), 0)
     return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
-                     loaded_keys, computed_keys, specs, chained,
-                     unwrapped if policy.weighs_the_run else 0.0)
+                     loaded_keys, computed_keys, specs, unwrapped)
 
 
 def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
                    loaded_keys: list[Key], task_hashes: dict[Key, str],
-                   order: list[Key], policy: Policy) -> float:
+                   order: list[Key], policy: Policy) -> int:
     """Set each store spec's ``dep_hashes``: the nearest tasks upstream that record what
     they cost and raised (stored candidates and loads), looking through the tasks that
     do not (a trivial ``getitem``, a pinned or volatile task, an unwrapped one). Returns
-    the expected seconds of the tasks it unwrapped.
+    how many tasks it unwrapped.
 
     And unwrap what the policy could not store: a task that is not an output and whose
     expected chain (its function's cost here plus its most expensive upstream chain,
@@ -147,8 +140,8 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
     loaded = set(loaded_keys)
     sources: dict[Key, tuple[str, ...]] = {}
     chains: dict[Key, float] = {}  # key -> expected seconds of its chain; inf: unknown
-    seen: dict[str, int] = {}  # label -> cheap tasks of it met so far
-    unwrapped = 0.0
+    seen: dict[str, int] = {}  # cost key -> cheap tasks of it met so far
+    unwrapped = 0
     for key in order:  # dependencies first
         if key not in kept:
             continue
@@ -163,15 +156,15 @@ def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
         chain = max(chains.get(d, _UNKNOWN) for d in deps) if deps else 0.0
         spec = specs.get(key)
         if spec is not None:
-            own = expected_seconds(spec.label)
+            own = expected_seconds(spec.cost_key)
             chain += _UNKNOWN if own is None else own
             if (chain < _UNKNOWN and not spec.is_output and not spec.overwrite
                     and not policy.may_store(chain, False)):
-                n = seen[spec.label] = seen.get(spec.label, 0) + 1
+                n = seen[spec.cost_key] = seen.get(spec.cost_key, 0) + 1
                 if n > _WRAP_FIRST and n % _WRAP_EVERY:
                     del specs[key]
                     spec = None
-                    unwrapped += own
+                    unwrapped += 1
         elif isinstance(node, Task) and not _trivial(node):
             chain = _UNKNOWN  # not measured here (pinned, volatile, not a candidate)
         chains[key] = chain

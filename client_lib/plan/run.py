@@ -186,7 +186,7 @@ class Run:
         finally:
             if self.store_run.batch:  # never return before the stores are durable (or failed)
                 self._workers = self.scheduler.wait_for_stores(self.run_id)
-                self._lap("store")
+                self._lap("store wait")
 
     def finish(self, results: list) -> list:
         """Count what the run did (here, or on its cluster's workers), remember the
@@ -213,10 +213,14 @@ class Run:
             report.stored_bytes = tally.stored_bytes
             report.over_budget = tally.over_budget
             report.waited_loaded = tally.waited_loaded
+            report.dropped, report.unconfirmed = tally.dropped, tally.unconfirmed
+            report.store_seconds, report.buffer_peak = tally.store_seconds, tally.buffer_peak
+            report.functions = tally.functions
             budget = tally.budget
-            if isinstance(self.settings.policy, AutoPolicy) and budget.compute_seconds is not None:
-                report.store_budget = (budget.store_seconds,
-                                       budget.compute_seconds * self.settings.policy.budget)
+            policy = self.settings.policy
+            if isinstance(policy, AutoPolicy) and (budget.read_bytes or budget.admitted_bytes):
+                report.run_bytes = (budget.admitted_bytes, int(
+                    budget.read_bytes * policy.max_run_bytes + policy.min_run_bytes))
         lost = self.tally.lost
         if lost is not None and report.fallback is None:
             report.fallback = f"cache server failed during the run, later stores skipped ({lost})"
@@ -328,10 +332,7 @@ class Run:
         report.loaded_keys = rewritten.loaded_keys
         report.computed_keys = rewritten.computed_keys
         report.store_candidates = rewritten.wrapped
-        report.chain_links = rewritten.chained
-        # The tasks left unwrapped count towards the store budget unmeasured (``auto``).
-        if rewritten.unwrapped:
-            self.tally.budget.add_compute(rewritten.unwrapped)
+        report.unwrapped = rewritten.unwrapped
 
     def _go_without_cache(self, reason: str, warning_key: str, during: bool = False) -> None:
         """Decide to compute without the cache (:meth:`without_cache` does it), warning

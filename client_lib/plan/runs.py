@@ -46,6 +46,7 @@ Key = Hashable
 _MAX_DEPS = 64
 _EXIT_SECONDS = 2.0
 _PLAN_AFTER = 0.5  # seconds a run goes on before its plan is posted
+_STORE_LABELS = 256  # functions a summary lists what they stored (the server's bound)
 
 
 def reporting() -> bool:
@@ -99,6 +100,11 @@ def run_summary(report: CacheReport, run_id: str, started: float, status: str, *
     }
     if status != "running":
         body["duration"] = max((time.time() if ended is None else ended) - started, 0.0)
+        if report.functions:  # what each function stored or skipped, and why
+            body["store_outcomes"] = {label[:1024]: outcomes for label, outcomes in
+                                      list(report.functions.items())[:_STORE_LABELS]}
+            body["store_seconds"] = min(report.store_seconds, 1e8)
+            body["store_wait"] = min(report.seconds.get("store wait", 0.0), 1e8)
     if states is None:
         return body
     labels = labels or {}

@@ -1,100 +1,71 @@
-"""The run-level side of the ``auto`` policy (docs/design/rewrite-and-policy.md, The store budget):
-which results of a run may be stored at all (chosen before the run, from the graph's
-shape) and how much storing the run can afford (kept on each worker while it runs).
+"""The run-level side of the ``auto`` policy (docs/design/rewrite-and-policy.md, The run's
+byte bound): how many bytes one run may add to the cache.
 
-- **Chain links** (:func:`mark_chain_links`, at rewrite time). A result whose only
-  dependent is another store candidate (not a requested output) is a link of a chain:
-  storing the chain's later step saves recomputing the link too, so storing every link is
-  waste. Such specs carry ``chain_next`` and the worker skips them without measuring their
-  size. A result that feeds a requested output, or several tasks, stays a candidate: it
-  is what a run with an edited last step, or another branch, reuses.
-- **The store budget** (:class:`RunBudget`, on the worker). The intermediates a run stores
-  may cost, in estimated store seconds (:meth:`AutoPolicy.store_seconds`), at most
-  ``result-cache.auto.store-budget`` (a fraction) of the seconds the run's tasks have
-  computed so far. Per process, shared by its threads: on a cluster each worker weighs its
-  own compute against its own stores. Results are admitted first come; since the budget
-  grows with the run, later (downstream) results find what earlier ones left. Requested
-  outputs keep their own rule and do not use the budget.
+Every result the policy weighs pays on its own merits (a load beats recomputing it from
+where a branch would start, :class:`~client_lib.policy.modes.AutoPolicy`); links of chains
+are candidates like any other, since they are what a branch that leaves the chain in the
+middle reuses. What bounds a run is bytes, not seconds: its intermediates may add at most
+``result-cache.auto.max-run-bytes`` times the bytes it read so far, plus
+``result-cache.auto.min-run-bytes`` (:class:`RunBudget`; first come), and the server's
+eviction keeps the cache within its cap. What a run read: the results it loaded, and those
+of its tasks with nothing stored or loaded upstream (the tasks that read its inputs: chunks
+of an HDF5 file, of a Zarr store). Storing costs the run nothing on its critical path (a
+bounded write-behind, client_lib/execution/store_queue.py), so there is no longer a share
+of compute seconds to protect. Requested outputs keep their own rule and do not use the bound.
 
-Per-task cost: one float update per computed task (:meth:`RunBudget.add_compute`, no
-lock: a lost update under a thread race only lowers the budget). The lock is taken only
-for results the policy weighs with their size. Each run's :class:`RunBudget` lives in its
-tally (client_lib/execution/tally.py), one per run and process.
+Per process, shared by its threads: on a cluster each worker weighs what it computed.
+Each run's :class:`RunBudget` lives in its tally (client_lib/execution/tally.py).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
 from dataclasses import replace
-
-from dask._task_spec import GraphNode
 
 from .decisions import StoreDecision
 from .modes import Candidate, Policy
 
-__all__ = ["RunBudget", "mark_chain_links"]
-
-Key = Hashable
-
-
-def mark_chain_links(specs: dict, kept: dict[Key, GraphNode]) -> int:
-    """Set ``chain_next`` (the later step's label) on the store specs whose only dependent
-    among the ``kept`` tasks is a store candidate that is not a requested output; returns
-    how many. Outputs and overwrites (refresh) are never marked."""
-    only: dict[Key, Key | None] = {}  # key -> its only dependent; None: several
-    for key, node in kept.items():
-        for dep in node.dependencies:
-            only[dep] = key if dep not in only else None
-    marked = 0
-    for key, spec in specs.items():
-        if spec.is_output or spec.overwrite:
-            continue
-        later = specs.get(only.get(key))
-        if later is not None and not later.is_output:
-            spec.chain_next = later.label
-            marked += 1
-    return marked
+__all__ = ["RunBudget"]
 
 
 class RunBudget:
-    """One run's store budget in one process: the seconds its tasks computed here and the
-    estimated store seconds admitted so far. Thread safe."""
+    """One run's bytes in one process: those it read, and those of the intermediates
+    admitted to store. Thread safe."""
 
     def __init__(self) -> None:
-        self.compute_seconds: float | None = None  # None: no task computed here yet
-        self.store_seconds = 0.0
+        self.read_bytes = 0  # loaded, or computed by a task with nothing upstream
+        self.admitted_bytes = 0  # intermediates the policy chose to store
         self._lock = threading.Lock()
 
-    def add_compute(self, seconds: float) -> None:
-        """Count a computed task's seconds (no lock: a lost update only lowers the budget)."""
-        self.compute_seconds = (self.compute_seconds or 0.0) + seconds
+    def add_read(self, nbytes: int) -> None:
+        """Count a result the run read (no lock: a lost update only lowers the bound)."""
+        self.read_bytes += nbytes
 
-    def decide(self, policy: Policy, c: Candidate) -> StoreDecision:
-        """The policy's decision on ``c``, given what the run computed and admitted so far
-        here; an admitted result's store seconds are charged to the run at once."""
+    def decide(self, policy: Policy, c: Candidate, reads: bool = False) -> StoreDecision:
+        """The policy's decision on ``c`` (``reads``: its task read an input, its bytes
+        count as read first), given the run's bytes here so far; an admitted
+        intermediate's bytes are charged to the run at once."""
         if not policy.weighs_the_run:
             return policy.decide(c)
         with self._lock:
-            c = replace(c, run_compute_seconds=self.compute_seconds or 0.0,
-                        run_store_seconds=self.store_seconds)
+            if reads:
+                self.read_bytes += c.nbytes
+            c = replace(c, run_read_bytes=self.read_bytes,
+                        run_admitted_bytes=self.admitted_bytes)
             decision = policy.decide(c)
-            if decision.store:
-                cost = policy.budget_seconds(c)
-                if cost:
-                    self.store_seconds = c.run_store_seconds + cost
+            if decision.store and not c.is_output:
+                self.admitted_bytes += c.nbytes
         return decision
 
     def merge(self, other: RunBudget) -> None:
-        """Add another process's budget of the same run (a cluster's workers)."""
-        if other.compute_seconds is not None:
-            self.compute_seconds = (self.compute_seconds or 0.0) + other.compute_seconds
-        self.store_seconds += other.store_seconds
+        """Add another process's bytes of the same run (a cluster's workers)."""
+        self.read_bytes += other.read_bytes
+        self.admitted_bytes += other.admitted_bytes
 
     def __getstate__(self) -> dict:
-        return {"compute_seconds": self.compute_seconds, "store_seconds": self.store_seconds}
+        return {"read_bytes": self.read_bytes, "admitted_bytes": self.admitted_bytes}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__()
-        self.compute_seconds = state["compute_seconds"]
-        self.store_seconds = state["store_seconds"]
+        self.read_bytes = state["read_bytes"]
+        self.admitted_bytes = state["admitted_bytes"]

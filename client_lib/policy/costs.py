@@ -1,6 +1,7 @@
 """What the tasks of each function cost in this process: a moving average of the compute
-seconds of its stored candidates, by label (the function's name). docs/design/rewrite-and-policy.md,
-The rewrite.
+seconds of its stored candidates, by cost key (``StoreSpec.cost_key``: the function's name
+and its code fingerprint, so ``cheap.work`` and ``slow.work`` keep their own estimates, and
+an edited function starts unmeasured). docs/design/rewrite-and-policy.md, The rewrite.
 
 Two decisions before a run rest on it, both only ever skipping work for tasks measured as
 cheap: a task cheaper than one load's latency is not leased (waiting for another run's
@@ -15,37 +16,37 @@ from __future__ import annotations
 
 __all__ = ["estimate", "expected_seconds", "forget", "record_seconds"]
 
-_LABELS_KEPT = 10_000
+_KEYS_KEPT = 10_000
 _WEIGHT = 0.25  # of the newest measurement: one slow outlier (a pre-empted thread) fades
 _seconds: dict[str, float] = {}
 _warned: set[str] = set()
 
 
-def record_seconds(label: str, seconds: float, warned: bool = False) -> None:
-    """Note what a task of ``label`` took to compute here (every wrapped task, ~0.2 µs)."""
+def record_seconds(cost_key: str, seconds: float, warned: bool = False) -> None:
+    """Note what a task under ``cost_key`` took to compute here (every wrapped task, ~0.2 µs)."""
     if warned:
-        _warned.add(label)
-    old = _seconds.get(label)
+        _warned.add(cost_key)
+    old = _seconds.get(cost_key)
     if old is None:
-        if len(_seconds) >= _LABELS_KEPT:  # forgetting only means wrapping and leasing again
+        if len(_seconds) >= _KEYS_KEPT:  # forgetting only means wrapping and leasing again
             _seconds.clear()
             _warned.clear()
-        _seconds[label] = seconds
+        _seconds[cost_key] = seconds
     else:  # not atomic across threads: a lost update only shifts an estimate
-        _seconds[label] = old + (seconds - old) * _WEIGHT
+        _seconds[cost_key] = old + (seconds - old) * _WEIGHT
 
 
-def expected_seconds(label: str) -> float | None:
-    """What a task of ``label`` is expected to take here; None if never measured or if its
+def expected_seconds(cost_key: str) -> float | None:
+    """What a task under ``cost_key`` is expected to take here; None if never measured or if its
     tasks raised warnings."""
-    if label in _warned:
+    if cost_key in _warned:
         return None
-    return _seconds.get(label)
+    return _seconds.get(cost_key)
 
 
-def estimate(label: str) -> float | None:
+def estimate(cost_key: str) -> float | None:
     """The moving average itself (a lease renewal's estimate for waiters)."""
-    return _seconds.get(label)
+    return _seconds.get(cost_key)
 
 
 def forget() -> None:

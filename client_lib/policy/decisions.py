@@ -10,7 +10,7 @@ from dataclasses import dataclass
 __all__ = ["OVER_BUDGET", "Reason", "StoreDecision"]
 
 #: Why an intermediate that pays was not stored (the report's wording).
-OVER_BUDGET = "over the run's store budget"
+OVER_BUDGET = "over the run's byte bound"
 
 
 class Reason(enum.Enum):
@@ -21,10 +21,12 @@ class Reason(enum.Enum):
     OUTPUT = "a requested output that is not large"
     PAYS = "recomputing costs more than a load"
     DOES_NOT_PAY = "a load costs at least as much as recomputing"
-    WITHIN_BUDGET = "it pays and fits the run's store budget"
-    OVER_BUDGET = "it pays but the run's store budget is spent"
-    CHAIN_LINK = "a link of a chain whose later step may be stored"
+    OVER_BUDGET = "it pays but the run's byte bound is spent"
     CHEAP = "cheaper to recompute than any load (its size not even measured)"
+    NOTHING = "nothing to store (None, or a handle to external state)"
+    DROPPED = "chosen, but the store buffer was full (dropped from storing)"
+    PRESSURE = "chosen, but the worker's memory neared its limit (dropped from storing)"
+    FAILED = "chosen, but the server did not store it"
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,23 @@ class StoreDecision:
     reason: Reason
     why: str
 
+    @property
+    def short(self) -> str:
+        """The reason in a few words, for the per-function counts of the report."""
+        return _SHORT[self.reason]
+
     def line(self, label: str, nbytes: int) -> str:
         """The run report's line for a large result."""
         return (f"{label} ({_size(nbytes)}): {'stored' if self.store else 'not stored'}: "
                 f"{self.why}")
+
+
+_SHORT = {Reason.REFRESH: "refresh", Reason.POLICY: "policy", Reason.OUTPUT: "output",
+          Reason.PAYS: "pays", Reason.DOES_NOT_PAY: "load costs more",
+          Reason.OVER_BUDGET: "over byte bound", Reason.CHEAP: "cheap",
+          Reason.NOTHING: "nothing to store", Reason.DROPPED: "buffer full",
+          Reason.PRESSURE: "memory pressure",
+          Reason.FAILED: "store failed"}
 
 
 def _size(nbytes: int) -> str:

@@ -5,8 +5,8 @@ A policy is consulted twice: before the run (``wraps``: may this task be stored 
 so it is worth wrapping) and on the worker after the task ran (``may_store``, a cheap
 shortcut, then ``should_store`` with the measured compute time and result size). One
 class per mode; :func:`resolve_policy` turns the user's ``"auto" | "all" | "outputs" |
-"none" | callable`` into one. ``auto`` also weighs the run, not each result alone
-(:mod:`client_lib.policy.budget` keeps the run's side: chain links, the store budget).
+"none" | callable`` into one. ``auto`` also bounds the bytes a run adds
+(:mod:`client_lib.policy.budget`).
 """
 
 from __future__ import annotations
@@ -54,19 +54,17 @@ class Candidate:
     kind: str = "pickle"
     load_seconds: float | None = None
     load_samples: int = 0
-    # Storing: this process's learned store seconds per byte (None: the default), and
-    # what the run computed and admitted to store so far in this process (None: a
-    # result weighed alone, outside a run).
-    store_rate: float | None = None
-    run_compute_seconds: float | None = None
-    run_store_seconds: float = 0.0
+    # The bytes the run read so far in this process (None: a result weighed alone, outside
+    # a run), and those of the intermediates it admitted.
+    run_read_bytes: int | None = None
+    run_admitted_bytes: int = 0
 
 
 class Policy(ABC):
     """What to store. Subclasses are frozen dataclasses: they travel to the workers."""
 
-    #: Whether the policy weighs the run (client_lib/policy/budget.py): links of chains are
-    #: skipped before the run, intermediates share the run's store budget.
+    #: Whether the policy weighs the run (client_lib/policy/budget.py): intermediates share
+    #: the run's byte bound.
     weighs_the_run: ClassVar[bool] = False
 
     def wraps(self, is_output: bool) -> bool:
@@ -89,47 +87,37 @@ class Policy(ABC):
         return StoreDecision(stored, Reason.POLICY, f"policy {type(self).__name__} says "
                              f"{'store' if stored else 'skip'}")
 
-    def budget_seconds(self, c: Candidate) -> float:
-        """What storing ``c`` takes from the run's store budget (``weighs_the_run``)."""
-        return 0.0
-
 
 @dataclass(frozen=True)
 class AutoPolicy(Policy):
-    """Store a result when recomputing it costs more than loading it back, within what the
-    run can afford.
+    """Store a result when loading it later beats recomputing it from where a future
+    branch would start, within the bytes the run may add.
 
     Recomputing costs its own time plus its uncached upstream chain (as dask/cache.py
-    counts it). Loading costs what loads of that kind and size took on this worker
-    recently (``Candidate.load_seconds``), or, before any, the conservative default: one
-    request's latency plus the bytes at ``throughput`` (about what a 1 GiB load over HTTP
-    delivers). Requested outputs are stored unless they are large (``LARGE_BYTES``) and
-    would not pay back: a 2 GiB array computed in 4 s that takes 14 s to load is
-    recomputed, not stored.
+    counts it): a link of a chain that took seconds and loads in milliseconds is exactly
+    what a branch leaving the chain there reuses. Loading costs what loads of that kind
+    and size took on this worker recently (``Candidate.load_seconds``), or, before any,
+    the conservative default: one request's latency plus the bytes at ``throughput``
+    (about what a 1 GiB load over HTTP delivers). A result cheaper than one load's
+    latency is never stored (its size is not even measured). Requested outputs are
+    stored unless they are large (``LARGE_BYTES``) and would not pay back: a 2 GiB array
+    computed in 4 s that takes 14 s to load is recomputed, not stored.
 
-    Intermediates that pay are stored only within the run's store budget: their store
-    seconds (``store_latency`` + bytes at the learned store speed, or at
-    ``store_throughput``) may add up to ``budget`` times the seconds the run computed so
-    far (client_lib/policy/budget.py); and a link of a chain whose later step may be stored is
-    not stored at all (decided before the run).
+    Intermediates that pay are stored while the run's intermediates add at most
+    ``max_run_bytes`` times the bytes the run read so far, plus ``min_run_bytes``
+    (client_lib/policy/budget.py; first come). Storing is off the critical path (the
+    write-behind of client_lib/execution/store_queue.py), so what it costs in seconds no
+    longer limits what a run keeps.
     """
 
     weighs_the_run: ClassVar[bool] = True
     latency: float = 0.005
     throughput: float = 150e6
-    budget: float = 0.1
-    store_latency: float = 0.001
-    store_throughput: float = 100e6
+    max_run_bytes: float = 1.0
+    min_run_bytes: int = 64 * 2**20
 
     def load_seconds(self, nbytes: int) -> float:
         return self.latency + nbytes / self.throughput
-
-    def store_seconds(self, c: Candidate) -> float:
-        rate = c.store_rate if c.store_rate is not None else 1 / self.store_throughput
-        return self.store_latency + c.nbytes * rate
-
-    def budget_seconds(self, c: Candidate) -> float:
-        return 0.0 if c.is_output else self.store_seconds(c)
 
     def may_store(self, cost_seconds: float, is_output: bool) -> bool:
         # Loading costs at least the latency, whatever the size.
@@ -151,17 +139,16 @@ class AutoPolicy(Policy):
                f"({basis})")
         if c.is_output and not pays and c.nbytes < LARGE_BYTES:
             return StoreDecision(True, Reason.OUTPUT, f"requested output; {why}")
-        if not pays or c.is_output or c.run_compute_seconds is None:
+        if not pays or c.is_output or c.run_read_bytes is None:
             return StoreDecision(pays, Reason.PAYS if pays else Reason.DOES_NOT_PAY, why)
-        cost = self.store_seconds(c)
-        allowed = self.budget * c.run_compute_seconds
-        budget = (f"storing it ~{cost:.3g} s, the run's stores {c.run_store_seconds:.3g} s "
-                  f"of {allowed:.3g} s ({self.budget:.0%} of {c.run_compute_seconds:.3g} s "
-                  "computed)")
-        if c.run_store_seconds + cost > allowed:
-            return StoreDecision(False, Reason.OVER_BUDGET, f"{OVER_BUDGET}: {budget}; {why}")
-        return StoreDecision(True, Reason.WITHIN_BUDGET,
-                             f"{why}; within the run's store budget: {budget}")
+        allowed = self.max_run_bytes * c.run_read_bytes + self.min_run_bytes
+        if c.run_admitted_bytes + c.nbytes > allowed:
+            bound = (f"the run's intermediates {c.run_admitted_bytes / 2**20:.1f} MiB + this "
+                     f"> {allowed / 2**20:.1f} MiB ({self.max_run_bytes:g} x "
+                     f"{c.run_read_bytes / 2**20:.1f} MiB read + "
+                     f"{self.min_run_bytes / 2**20:.0f} MiB, result-cache.auto.max-run-bytes)")
+            return StoreDecision(False, Reason.OVER_BUDGET, f"{OVER_BUDGET}: {bound}; {why}")
+        return StoreDecision(True, Reason.PAYS, why)
 
 
 @dataclass(frozen=True)
@@ -221,9 +208,8 @@ def resolve_policy(policy: Any = None) -> Policy:
         return AutoPolicy(
             latency=float(setting("auto.latency")),
             throughput=float(setting("auto.throughput")),
-            budget=float(setting("auto.store-budget")),
-            store_latency=float(setting("auto.store-latency")),
-            store_throughput=float(setting("auto.store-throughput")),
+            max_run_bytes=float(setting("auto.max-run-bytes")),
+            min_run_bytes=int(setting("auto.min-run-bytes")),
         )
     if policy in _NAMED:
         return _NAMED[policy]()

@@ -1,7 +1,7 @@
 """How fast this process loads results back: learned from its own recent loads, per kind
 of object and size class, so the ``auto`` policy stores only what pays back
-(docs/design/rewrite-and-policy.md, "Policy"). And how fast it stores them, for the run's
-store budget (:class:`StoreSpeeds`).
+(docs/design/rewrite-and-policy.md, "Policy"). And how fast it stores them
+(:class:`StoreSpeeds`).
 
 Every :meth:`CacheClient.get <client_lib.transport.client.CacheClient.get>` records its kind, size
 and wall time (request, transfer or direct read, digest, decode). Until a class has

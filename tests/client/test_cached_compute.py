@@ -120,9 +120,9 @@ def test_branch_example_reuses_the_shared_prefix(fresh_server, scheduler):
     a = branch("a")
     assert (a["hits"], a["loaded"], a["computed"]) == (0, 0, 3)
     b = branch("b")
-    # step_2 is found and loaded, step_1 culled, step_3b computed. step_1 was not stored:
-    # a link of the chain going on to step_2 (client_lib/policy/budget.py).
-    assert (b["hits"], b["loaded"], b["computed"]) == (1, 1, 1)
+    # step_2 is found and loaded, step_1 (found too: every link that pays is stored,
+    # client_lib/policy/modes.py) culled, step_3b computed.
+    assert (b["hits"], b["loaded"], b["computed"]) == (2, 1, 1)
     x = np.sqrt(np.arange(100_000, dtype="float64")) * 2.0
     assert a["result"] == pytest.approx(float(x.sum()))
     assert b["result"] == pytest.approx(float(x.mean()))

@@ -86,37 +86,37 @@ def test_a_callable_decides_and_an_unknown_name_is_refused() -> None:
         resolve_policy("sometimes")
 
 
-def test_auto_stores_intermediates_within_the_run_budget_only() -> None:
-    """Inside a run (``run_compute_seconds`` known) an intermediate that pays is stored
-    only if its store seconds fit ``budget`` x the run's compute; outputs never use it."""
-    policy = AutoPolicy(latency=0.005, throughput=1e9, budget=0.1, store_latency=0.001,
-                        store_throughput=1e8)
-    result = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0)
-    assert policy.store_seconds(result) == pytest.approx(0.101)
-    decision = policy.decide(result)  # 0.101 s of 0.2 s
-    stored, why = decision.store, decision.why
-    assert stored and why.endswith("within the run's store budget: storing it ~0.101 s, "
-                                   "the run's stores 0 s of 0.2 s (10% of 2 s computed)")
-    spent = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_compute_seconds=2.0,
-                      run_store_seconds=0.15)
+def test_auto_stores_intermediates_within_the_run_s_byte_bound_only() -> None:
+    """Inside a run (``run_read_bytes`` known) an intermediate that pays is stored only if
+    the run's admitted intermediates stay within ``max_run_bytes`` x the bytes it read
+    plus ``min_run_bytes``; outputs never use the bound. Seconds of storing no longer
+    count."""
+    policy = AutoPolicy(latency=0.005, throughput=1e9, max_run_bytes=0.5,
+                        min_run_bytes=10**6)
+    result = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_read_bytes=4 * 10**7)
+    decision = policy.decide(result)  # 10 MB of 21 MB allowed
+    assert decision.store and decision.reason is Reason.PAYS
+    spent = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, run_read_bytes=4 * 10**7,
+                      run_admitted_bytes=15 * 10**6)
     decision = policy.decide(spent)
-    stored, why = decision.store, decision.why
-    assert not stored and why.startswith("over the run's store budget: storing it ~0.101 s")
-    assert decision.reason is Reason.OVER_BUDGET  # what the run's tally counts, as data
-    assert policy.budget_seconds(result) == pytest.approx(0.101)
-    learned = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, False, store_rate=1e-9,
-                        run_compute_seconds=2.0, run_store_seconds=0.15)
-    assert policy.decide(learned).store  # stores at 1 GB/s: 0.011 s fits
-    output = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, True, run_compute_seconds=0.0)
-    assert policy.decide(output).store and policy.budget_seconds(output) == 0.0
-    cheap = Candidate("0" * 32, "f", 0.0001, 0.0, 10**7, False, run_compute_seconds=100.0)
-    assert not policy.decide(cheap).store  # does not pay, whatever the budget
+    assert not decision.store and decision.reason is Reason.OVER_BUDGET
+    assert decision.why.startswith("over the run's byte bound: the run's intermediates "
+                                   "14.3 MiB + this > 20.0 MiB (0.5 x 38.1 MiB read + 1 MiB")
+    output = Candidate("0" * 32, "f", 0.5, 0.0, 10**7, True, run_read_bytes=10**7,
+                       run_admitted_bytes=10**9)
+    assert policy.decide(output).store
+    cheap = Candidate("0" * 32, "f", 0.0001, 0.0, 10**7, False, run_read_bytes=10**9)
+    assert not policy.decide(cheap).store  # does not pay, whatever the bound
+    # A link of a chain: seconds to recompute from where a branch would start, a
+    # millisecond to load; stored, whatever follows it (small: within min_run_bytes).
+    link = Candidate("0" * 32, "s2", 0.5, 0.5, 100, False, run_read_bytes=0)
+    assert policy.decide(link).store
 
 
-def test_the_store_budget_comes_from_config() -> None:
-    with dask.config.set({"result-cache.auto.store-budget": 0.25,
-                          "result-cache.auto.store-throughput": 5e8}):
+def test_the_byte_bound_comes_from_config() -> None:
+    with dask.config.set({"result-cache.auto.max-run-bytes": 0.25,
+                          "result-cache.auto.min-run-bytes": 0}):
         policy = resolve_policy("auto")
     assert isinstance(policy, AutoPolicy) and policy.weighs_the_run
-    assert (policy.budget, policy.store_throughput) == (0.25, 5e8)
+    assert (policy.max_run_bytes, policy.min_run_bytes) == (0.25, 0)
     assert not any(resolve_policy(p).weighs_the_run for p in ("all", "outputs", "none"))

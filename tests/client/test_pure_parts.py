@@ -1,5 +1,5 @@
 """The pure parts under a run, without any service: the batch format both sides speak
-(client_lib/wire/batch.py), a run's store budget (client_lib/policy/budget.py) and its
+(client_lib/wire/batch.py), a run's byte bound (client_lib/policy/budget.py) and its
 tally in one process and across a cluster's workers (client_lib/execution/tally.py)."""
 
 from __future__ import annotations
@@ -61,20 +61,18 @@ def _intermediate(nbytes: int = 10**7) -> Candidate:
     return Candidate("0" * 32, "f", 0.5, 0.0, nbytes, False)
 
 
-def test_the_budget_charges_what_it_admits_and_refuses_past_it() -> None:
-    policy = AutoPolicy(latency=0.005, throughput=1e9, budget=0.1, store_latency=0.001,
-                        store_throughput=1e8)  # each candidate: ~0.101 store seconds
+def test_the_byte_bound_charges_what_it_admits_and_refuses_past_it() -> None:
+    policy = AutoPolicy(latency=0.005, throughput=1e9, max_run_bytes=0.5, min_run_bytes=0)
     budget = RunBudget()
-    assert budget.compute_seconds is None
-    budget.add_compute(2.0)  # allows 0.2 s of stores
-    first = budget.decide(policy, _intermediate())
-    assert first.store and first.reason is Reason.WITHIN_BUDGET
-    assert budget.store_seconds == pytest.approx(0.101)
-    second = budget.decide(policy, _intermediate())
+    budget.add_read(10**7)  # a loaded result: 10 MB read
+    first = budget.decide(policy, _intermediate(), reads=True)  # an input: 20 MB read
+    assert first.store and first.reason is Reason.PAYS
+    assert (budget.read_bytes, budget.admitted_bytes) == (2 * 10**7, 10**7)
+    second = budget.decide(policy, _intermediate())  # 10 MB allowed, 20 asked
     assert not second.store and second.reason is Reason.OVER_BUDGET
-    assert budget.store_seconds == pytest.approx(0.101)  # a refusal costs nothing
-    budget.add_compute(2.0)
-    assert budget.decide(policy, _intermediate()).store
+    assert budget.admitted_bytes == 10**7  # a refusal costs nothing
+    budget.add_read(2 * 10**7)
+    assert budget.decide(policy, _intermediate()).store  # 40 MB read: 20 MB fit
 
 
 def test_a_tally_counts_decisions_by_reason_and_keeps_large_ones() -> None:
@@ -82,28 +80,34 @@ def test_a_tally_counts_decisions_by_reason_and_keeps_large_ones() -> None:
     assert tally.empty
     tally.decided("small", 10, StoreDecision(False, Reason.OVER_BUDGET, "whatever words"))
     tally.decided("big", 2**21, StoreDecision(True, Reason.PAYS, "it pays"))
-    tally.stored_one("h" * 32, 2**21)
+    tally.stored_one("h" * 32, 2**21, "big")
+    tally.outcome("big", 2**21, Reason.DROPPED)
     assert (tally.over_budget, tally.stored, tally.stored_bytes) == (1, 1, 2**21)
     assert tally.decisions == ["big (2.0 MiB): stored: it pays"]
+    assert tally.functions == {"small": {"over byte bound": [1, 10]},
+                               "big": {"stored": [1, 2**21], "buffer full": [1, 2**21]}}
+    assert tally.dropped == 1
     assert not tally.empty
 
 
 def test_a_cluster_s_tallies_travel_and_add_up() -> None:
     one, two = RunTally(), RunTally()
     one.stored_one("a" * 32, 10)
-    one.budget.add_compute(1.5)
-    two.stored_one("b" * 32, 20)
+    one.budget.add_read(15)
+    two.stored_one("b" * 32, 20, "f")
     two.waited_and_loaded()
     two.lose("server gone")
-    two.budget.add_compute(0.5)
-    two.budget.store_seconds = 0.25
+    two.budget.add_read(5)
+    two.budget.admitted_bytes = 25
+    two.store_seconds = 0.25
     total = RunTally()
     for worker in (one, two):
         total.merge(pickle.loads(pickle.dumps(worker)))  # as client.run returns it
     assert (total.stored, total.stored_bytes, total.waited_loaded) == (2, 30, 1)
     assert total.stored_hashes == {"a" * 32, "b" * 32} and total.lost == "server gone"
-    assert total.budget.compute_seconds == pytest.approx(2.0)
-    assert total.budget.store_seconds == pytest.approx(0.25)
+    assert (total.budget.read_bytes, total.budget.admitted_bytes) == (20, 25)
+    assert total.store_seconds == pytest.approx(0.25)
+    assert total.functions == {"": {"stored": [1, 10]}, "f": {"stored": [1, 20]}}
 
 
 def test_a_process_forgets_the_oldest_run_s_tally_first(monkeypatch) -> None:

@@ -95,7 +95,7 @@ def test_an_entry_that_fails_to_load_is_recomputed_and_named() -> None:
 
 @dataclass(frozen=True)
 class _NeverFits(AutoPolicy):
-    """``auto``'s run budget, with every weighed result over it, said in words the run
+    """``auto``'s byte bound, with every weighed result over it, said in words the run
     cannot recognise: the tally must count the decision's reason, not parse its text."""
 
     def may_store(self, cost_seconds: float, is_output: bool) -> bool:

@@ -80,10 +80,10 @@ def test_compose_topology_as_local_processes(tmp_path):
             published.close()
 
         assert (a["hits"], a["loaded"], a["computed"], a["fallback"]) == (0, 0, 3, None)
-        # process B finds step_2 (step_1, a chain link, was not stored:
-        # docs/design/rewrite-and-policy.md, The store budget), loads it, culls step_1 and
-        # computes step_3b
-        assert (b["hits"], b["loaded"], b["computed"], b["fallback"]) == (1, 1, 1, None)
+        # process B finds step_1 and step_2 (every link that pays is stored:
+        # docs/design/rewrite-and-policy.md, The run's byte bound), loads step_2, culls
+        # step_1 and computes step_3b
+        assert (b["hits"], b["loaded"], b["computed"], b["fallback"]) == (2, 1, 1, None)
         x = np.sqrt(np.arange(100_000, dtype="float64")) * 2.0
         assert a["result"] == pytest.approx(float(x.sum()))
         assert b["result"] == pytest.approx(float(x.mean()))

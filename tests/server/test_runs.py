@@ -177,3 +177,20 @@ async def test_a_run_id_on_a_store_or_load_must_be_one(make_app: MakeApp):
                               content=len(meta).to_bytes(4, "big") + meta + b"x",
                               headers={"Content-Type": "application/x-result-batch"})
     assert batch.status_code == 422 and "X-Result-Run" in batch.text
+
+
+def test_a_run_page_says_what_each_function_stored_and_why_not(cache_server):
+    """The run's per-function store outcomes (client_lib/execution/tally.py) reach the
+    server with its summary and its page lists them, with the stores' seconds."""
+    ns = uuid.uuid4().hex
+    parts = [dask.delayed(lambda i: [i] * 1000, pure=True)(i) for i in range(3)]
+    total = dask.delayed(lambda *xs: sum(map(len, xs)), pure=True)(*parts)
+    cached_compute(total, cache=cache_server.url, namespace=ns, scheduler="threads")
+    (run,) = finished_runs(cache_server.url, ns, 1)
+    run = httpx.get(f"{cache_server.url}/v1/runs/{run['run_id']}").json()
+    outcomes = run["store_outcomes"]
+    assert outcomes["lambda"]["stored"][0] == 1  # the output
+    assert outcomes["lambda"]["cheap"][0] == 3 and run["store_wait"] >= 0
+    assert run["store_outcomes"] == {k: v for k, v in last_report().functions.items()}
+    page = httpx.get(f"{cache_server.url}/runs/{run['run_id']}").text
+    assert 'id="store-outcomes"' in page and "cheap 3 (" in page
