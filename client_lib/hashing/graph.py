@@ -48,7 +48,7 @@ from .registry import HANDLERS, Dispatch
 from .side_effects import pinned_keys
 from .task_kinds import TaskKinds
 
-__all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "hash_graph"]
+__all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "HashedData", "hash_graph"]
 
 # Bump whenever hashing or the value codecs change, so old entries are never misread
 # (and re-record tests/client/golden_hashes.json).
@@ -84,6 +84,29 @@ class GraphHashes:
 
 class _VolatileDependency(Exception):
     pass
+
+
+class HashedData(DataNode):
+    """A task's result held as data, with the digest of the task that made it
+    (``GraphHashes.digests``): what ``cached_persist`` puts in the collections it rebuilds
+    on a local scheduler, so that a computation on them hashes as one on the collections
+    they persisted, and loads what that stored (issue 27, case 9). A pickle is a plain
+    ``DataNode`` again, hashed by its value (a miss, never a wrong hit)."""
+
+    __slots__ = ("digest",)
+
+    def __init__(self, key: Key, value: Any, digest: bytes) -> None:
+        super().__init__(key, value)
+        self.digest = digest
+
+    def copy(self) -> HashedData:
+        return HashedData(self.key, self.value, self.digest)
+
+    def substitute(self, subs: Mapping, key: Key | None = None) -> HashedData:
+        # Under another key inside a fused task (unfuse renames it): the same task's data.
+        if key is not None and key != self.key:
+            return HashedData(key, self.value, self.digest)
+        return self
 
 
 class GraphHasher:
@@ -122,6 +145,7 @@ class GraphHasher:
             NestedContainer: self._nested,
             Task: self._inlined_task,
             DataNode: self._data,
+            HashedData: self._data,
         }
         array_module = sys.modules.get("dask.array.core")  # no arrays unless imported
         if array_module is not None:
@@ -188,6 +212,8 @@ class GraphHasher:
     def _node_digest(self, key: Key, node: GraphNode) -> bytes:
         if isinstance(node, Alias):
             return self._dep_digest(node.target)
+        if type(node) is HashedData:
+            return node.digest
         if self._reads_cache and self.annotations.annotation("cache", key, True) is False:
             raise VolatileValue("annotated cache=False")
         enc = self.enc
@@ -347,6 +373,9 @@ class GraphHasher:
             enc.write_raw(b"R" + self._dep_digest(key))
 
     def _data(self, enc: Encoder, obj: DataNode) -> None:
+        if type(obj) is HashedData:  # inlined: as the reference to its task would be
+            enc.write_raw(b"R" + obj.digest)
+            return
         enc.encode(obj.value)
 
 
