@@ -6,8 +6,9 @@ annotations), so a ``cache=False``, ``cache_ttl`` or ``cache_version`` annotatio
 ``dask.annotate(cache=False)`` would be served from the cache after what it reads changed,
 one under ``cache_ttl`` after its entries expired. Recovering them is not possible from the
 optimised expression (its names are not those of the expressions the user built), so a
-frame, series, index or scalar built under one of them raises :class:`AnnotatedFrame`
-instead (issue 27, case 6; docs/correctness.md, "Annotations on collections").
+frame, series, index or scalar built under one of them raises
+:class:`~client_lib.core.errors.AnnotatedFrame` instead (issue 27, case 6;
+docs/correctness.md, "Annotations on collections").
 
 :func:`install` wraps ``FrameBase.__init__`` (every dask-expr collection passes there)
 once ``dask.dataframe`` is imported, now or later (a finder on ``sys.meta_path`` waits for
@@ -24,17 +25,14 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["AnnotatedFrame", "install"]
+from ..core.errors import AnnotatedFrame
+
+__all__ = ["install"]
 
 _MODULE = "dask.dataframe.dask_expr._collection"
 _OWN = ("cache", "cache_ttl", "cache_version")
 _lock = threading.Lock()
 _installed = False
-
-
-class AnnotatedFrame(ValueError):
-    """A ``dask.dataframe`` collection was built under ``dask.annotate(cache=...)``,
-    ``cache_ttl=...`` or ``cache_version=...``, which dask-expr would ignore."""
 
 
 def install() -> None:
