@@ -37,6 +37,9 @@ SOURCES = {
     "frame": lambda: dd.from_pandas(pd.DataFrame({"a": range(40)}),
                                     npartitions=4).map_partitions(step),
 }
+# Only the finished results stored: reopened as one load of it.
+SOURCES["small array (outputs)"] = lambda: SOURCES["small array"]() + 0.5
+SOURCES["frame (outputs)"] = lambda: SOURCES["frame"]() + 3
 
 def downstream(c):
     return (c + 1).sum() if hasattr(c, "chunks") else (c.a + 1).sum()
@@ -49,7 +52,8 @@ for name, make in SOURCES.items():
             cached_persist(make(), **options)
             cached_compute(downstream(make()), **options)
         else:
-            cached_compute(make(), **options)
+            policy = "outputs" if name.endswith("(outputs)") else "all"
+            cached_compute(make(), **{**options, "policy": policy})
         continue
     (got,) = cached_compute(downstream(open_cached(make(), cache=url, namespace=ns)),
                             **options)
