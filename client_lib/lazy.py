@@ -36,6 +36,7 @@ from dask.utils import key_split
 
 from .core.errors import CacheEntryCorrupt, CacheEntryUntrusted, ResultCacheError
 from .execution.tasks import load_result
+from .hashing.graph import remember_reopened
 from .plan.hashed import hash_collections
 from .plan.materialize import Materialized
 from .plan.settings import namespace_of, resolve_cache
@@ -116,6 +117,9 @@ def _outputs(collection: Any, client: CacheClient, namespace: str, optimize_grap
             reason = hashes.volatile.get(key, "not a task of its own")
             raise NotCached(f"open_cached: output {key!r} of {_name(collection)} is never "
                             f"cached ({reason})")
+        # A load of it (below) hashes as this task: what is computed on a reopened
+        # collection hashes as on the collection itself (issue 27, case 10).
+        remember_reopened(load_result, task_hash, hashes.digests[key])
         out.append((task_hash, hashes.labels.get(key) or key_split(key)))
     return m, out
 
@@ -144,9 +148,10 @@ def _from_output(collection: Any, client: CacheClient, task_hash: str, label: st
         return da.from_delayed(delayed(load_result, pure=True)(client, task_hash, label),
                                shape=shape, dtype=collection.dtype, meta=collection._meta)
     import dask.dataframe as dd
+    from dask import delayed
 
-    return dd.from_map(_load_one, [(client, task_hash, label)], meta=collection._meta,
-                       enforce_metadata=False)
+    return dd.from_delayed([delayed(load_result, pure=True)(client, task_hash, label)],
+                           meta=collection._meta, verify_meta=False)
 
 
 def _is_xarray(collection: Any) -> bool:
@@ -195,8 +200,6 @@ def _xarray_values(result: Any, name: Any, own_data: bool) -> np.ndarray:
     return np.asarray((result.coords[name] if name in result.coords else result[name]).values)
 
 
-def _load_one(args: tuple[CacheClient, str, str]) -> Any:
-    return load_result(*args)
 
 
 def _lazy_zarr(place: Location, client: CacheClient) -> bool:
@@ -232,8 +235,26 @@ def _zarr_array(place: Location, task_hash: str, like: Any, client: CacheClient)
     dtype = np.dtype(place.dtype)
     return da.map_blocks(
         _read_block, dtype=dtype, chunks=chunks, name=f"open-cached-{task_hash}",
-        meta=np.empty((0,) * len(shape), dtype=dtype), path=str(place.path),
+        meta=np.empty((0,) * len(shape), dtype=dtype), entry=_ZarrEntry(str(place.path), task_hash),
         digests=digests, dtype_text=place.dtype, task_hash=task_hash)
+
+
+class _ZarrEntry:
+    """Where a cached Zarr array lies, hashed by the task whose result it holds: its
+    directory's stamp changes when another entry of the same content is stored beside it
+    (issue 27, case 10), and a block's task says which result and chunk it reads."""
+
+    __slots__ = ("path", "task_hash")
+
+    def __init__(self, path: str, task_hash: str) -> None:
+        self.path = path
+        self.task_hash = task_hash
+
+    def __reduce__(self) -> tuple:
+        return (_ZarrEntry, (self.path, self.task_hash))
+
+    def __dask_tokenize__(self) -> tuple:
+        return ("open-cached-zarr", self.task_hash)
 
 
 @functools.lru_cache(maxsize=64)
@@ -244,10 +265,10 @@ def _open_zarr(path: str) -> Any:
     return zarr.open_array(LocalStore(path, read_only=True), mode="r")
 
 
-def _read_block(path: str, digests: tuple[str, ...], dtype_text: str, task_hash: str,
+def _read_block(entry: _ZarrEntry, digests: tuple[str, ...], dtype_text: str, task_hash: str,
                 block_id: tuple[int, ...] = ()) -> np.ndarray:
     """One Zarr chunk in its true dtype, verified against its recorded digest."""
-    array = _open_zarr(path)
+    array = _open_zarr(entry.path)
     region = tuple(slice(i * c, min((i + 1) * c, n))
                    for i, c, n in zip(block_id, array.chunks, array.shape, strict=True))
     stored = np.asarray(array[region])

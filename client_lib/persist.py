@@ -5,16 +5,20 @@ while it works on ``step_3a``; another, days later, persists the same ``step_2``
 it from the cache. On a ``distributed.Client`` the persisted collections hold futures
 (cached parts are loaded on the workers, the others computed and stored there, in the
 background, as ``Client.persist`` does); on the local schedulers they hold the values in
-memory, as ``dask.persist`` does.
+memory, as ``dask.persist`` does. Either way a later computation on a persisted collection
+hashes as one on the collection it persisted: futures by the digests the run remembers
+(:mod:`client_lib.plan.known`), values as :class:`~client_lib.hashing.graph.HashedData`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from dask._task_spec import GraphNode, TaskRef
 from dask.base import is_dask_collection
 from dask.core import flatten
 
+from .hashing.graph import HashedData
 from .plan.run import Run
 from .plan.schedulers import Scheduler
 from .plan.settings import RunSettings
@@ -52,6 +56,13 @@ def cached_persist(
     results = run.compute()
     m = run.graph
     by_key = dict(zip(m.keys, results, strict=True))
+    # Values in memory (a local scheduler) hash as the tasks that made them, so a later
+    # computation on the persisted collections hits what one on the originals stored.
+    digests = run.hashed.hashes.digests if run.hashed is not None else {}
+    for key, value in by_key.items():
+        digest = digests.get(key)
+        if digest is not None and not isinstance(value, GraphNode | TaskRef):
+            by_key[key] = HashedData(key, value, digest)
     out = list(args)
     for i, collection, keys in zip(positions, collections, m.nested_keys, strict=True):
         rebuild, extra = collection.__dask_postpersist__()

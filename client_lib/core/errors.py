@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AnnotatedFrame",
     "CacheAccessDenied",
     "CacheEntryCorrupt",
     "CacheEntryUnavailable",
@@ -88,6 +89,12 @@ class VolatileValue(ResultCacheError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class AnnotatedFrame(ResultCacheError, ValueError):
+    """A ``dask.dataframe`` collection was built under ``dask.annotate(cache=...)``,
+    ``cache_ttl=...`` or ``cache_version=...``, which dask-expr would ignore
+    (:mod:`client_lib.plan.frame_annotations`)."""
 
 
 def access_hint(status: int, token_given: bool, set_token: str) -> str:

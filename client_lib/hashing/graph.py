@@ -48,7 +48,8 @@ from .registry import HANDLERS, Dispatch
 from .side_effects import pinned_keys
 from .task_kinds import TaskKinds
 
-__all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "hash_graph"]
+__all__ = ["KEY_VERSION", "GraphHashes", "GraphHasher", "HashedData", "hash_graph",
+           "remember_reopened"]
 
 # Bump whenever hashing or the value codecs change, so old entries are never misread
 # (and re-record tests/client/golden_hashes.json).
@@ -84,6 +85,55 @@ class GraphHashes:
 
 class _VolatileDependency(Exception):
     pass
+
+
+# open_cached's load tasks (issue 27, case 10): the functions that load an entry, given the
+# cache and the published task hash as their first two arguments, and the digest of each
+# task whose entry this process reopened (published hash -> digest). Such a task hashes as
+# the task it reopens, never by the cache client it holds.
+_loaders: set[Any] = set()
+_reopened: dict[str, bytes] = {}
+
+
+def remember_reopened(loader: Any, task_hash: str, digest: bytes) -> None:
+    """Tasks ``loader(cache, task_hash, ...)`` hash as the task whose digest is ``digest``."""
+    _loaders.add(loader)
+    _reopened[task_hash] = digest
+
+
+def _reopened_digest(task: Task) -> bytes | None:
+    if not _reopened or type(task) is not Task or len(task.args) < 2:
+        return None
+    try:
+        if task.func not in _loaders:
+            return None
+    except TypeError:  # an unhashable callable
+        return None
+    task_hash = task.args[1]
+    return _reopened.get(task_hash) if isinstance(task_hash, str) else None
+
+
+class HashedData(DataNode):
+    """A task's result held as data, with the digest of the task that made it
+    (``GraphHashes.digests``): what ``cached_persist`` puts in the collections it rebuilds
+    on a local scheduler, so that a computation on them hashes as one on the collections
+    they persisted, and loads what that stored (issue 27, case 9). A pickle is a plain
+    ``DataNode`` again, hashed by its value (a miss, never a wrong hit)."""
+
+    __slots__ = ("digest",)
+
+    def __init__(self, key: Key, value: Any, digest: bytes) -> None:
+        super().__init__(key, value)
+        self.digest = digest
+
+    def copy(self) -> HashedData:
+        return HashedData(self.key, self.value, self.digest)
+
+    def substitute(self, subs: Mapping, key: Key | None = None) -> HashedData:
+        # Under another key inside a fused task (unfuse renames it): the same task's data.
+        if key is not None and key != self.key:
+            return HashedData(key, self.value, self.digest)
+        return self
 
 
 class GraphHasher:
@@ -122,6 +172,7 @@ class GraphHasher:
             NestedContainer: self._nested,
             Task: self._inlined_task,
             DataNode: self._data,
+            HashedData: self._data,
         }
         array_module = sys.modules.get("dask.array.core")  # no arrays unless imported
         if array_module is not None:
@@ -188,6 +239,10 @@ class GraphHasher:
     def _node_digest(self, key: Key, node: GraphNode) -> bytes:
         if isinstance(node, Alias):
             return self._dep_digest(node.target)
+        if type(node) is HashedData:
+            return node.digest
+        if isinstance(node, Task) and (reopened := _reopened_digest(node)) is not None:
+            return reopened
         if self._reads_cache and self.annotations.annotation("cache", key, True) is False:
             raise VolatileValue("annotated cache=False")
         enc = self.enc
@@ -327,6 +382,10 @@ class GraphHasher:
 
     def _inlined_task(self, enc: Encoder, obj: Task) -> None:
         # Hash an inlined task exactly as if it were its own graph node.
+        reopened = _reopened_digest(obj)
+        if reopened is not None:
+            enc.write_raw(b"R" + reopened)
+            return
         with enc.sub_digest(self.prefix) as sub:
             self._task_body(obj)
         enc.write_raw(b"R" + sub.value)
@@ -347,6 +406,9 @@ class GraphHasher:
             enc.write_raw(b"R" + self._dep_digest(key))
 
     def _data(self, enc: Encoder, obj: DataNode) -> None:
+        if type(obj) is HashedData:  # inlined: as the reference to its task would be
+            enc.write_raw(b"R" + obj.digest)
+            return
         enc.encode(obj.value)
 
 

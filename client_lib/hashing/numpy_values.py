@@ -58,6 +58,20 @@ def encode_dtype(enc: Encoder, dtype: np.dtype) -> None:
         enc.encode(dict(dtype.metadata))
 
 
+# x87 extended precision: 10 bytes of a longdouble hold its value, the rest of its 12 or 16
+# is padding numpy leaves uninitialised (the oracle campaign: a clongdouble scalar hashed
+# apart in every process). Those bytes are left out of the hash.
+_LONG = np.dtype(np.longdouble).itemsize
+_X87 = np.finfo(np.longdouble).nmant == 63 and _LONG > 10
+
+
+def _value_bytes(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``data`` (the uint8 view of a C-contiguous array of ``dtype``) without padding."""
+    if _X87 and dtype.type in (np.longdouble, np.clongdouble) and dtype.isnative:
+        return np.ascontiguousarray(data.reshape(-1, _LONG)[:, :10]).reshape(-1)
+    return data
+
+
 def encode_elements(enc: Encoder, arr: np.ndarray) -> None:
     """An array by dtype, shape and every element in C order, whatever its memory layout
     (for arrays a library lays out itself: pandas' columns); object arrays element by
@@ -68,7 +82,7 @@ def encode_elements(enc: Encoder, arr: np.ndarray) -> None:
     if arr.dtype.hasobject:
         enc.encode(arr.ravel(order="C").tolist())
         return
-    data = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    data = _value_bytes(np.ascontiguousarray(arr).reshape(-1).view(np.uint8), arr.dtype)
     enc.write_buffer(b"b", data.data)
     if arr.dtype.kind in "US" and arr.size:
         enc.write_listed_paths(_path_like(arr))
@@ -173,4 +187,5 @@ def _scalar(enc: Encoder, obj: np.generic) -> None:
     if obj.dtype.hasobject:
         enc.encode(obj.item())
     else:
-        enc.write_raw(np.asarray(obj).tobytes())
+        data = np.ascontiguousarray(obj).reshape(-1).view(np.uint8)
+        enc.write_raw(_value_bytes(data, obj.dtype).tobytes())

@@ -11,7 +11,9 @@ Dask's optimisation drops the annotations of the layers it fuses (blockwise fusi
 array and bag layers). The cache's own annotations (``cache``, ``cache_ttl``,
 ``cache_version``) are read from the collections' layers before optimising and put back
 on the unfused tasks they were made for, by the key Dask gave each task inside the fused
-one; scheduling annotations are restored by :mod:`client_lib.plan.annotations`.
+one; scheduling annotations are restored by :mod:`client_lib.plan.annotations`. DataFrames
+have no layers to read them from: :mod:`client_lib.plan.frame_annotations` refuses them
+where the frame is built (installed when this module is imported).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dask._task_spec import (
 from dask.base import collections_to_expr
 from dask.core import flatten
 
+from . import frame_annotations
 from .scheduler_hook import plain_dask
 
 __all__ = ["CACHE_ANNOTATIONS", "Materialized", "Prebuilt", "materialize", "paused_gc",
@@ -41,6 +44,7 @@ __all__ = ["CACHE_ANNOTATIONS", "Materialized", "Prebuilt", "materialize", "paus
 
 Key = Hashable
 CACHE_ANNOTATIONS = ("cache", "cache_ttl", "cache_version")
+frame_annotations.install()
 
 
 @dataclass

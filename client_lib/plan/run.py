@@ -83,6 +83,10 @@ class Run:
                  finalize: bool = True, explain: bool = False) -> None:
         direct_read_mode()  # a bad value is the caller's error, not a worker's
         direct_write_mode()
+        if compute_kwargs.get("get") is not None:  # dask.compute refuses it: scheduler=
+            from dask.base import get_err_msg
+
+            raise TypeError(get_err_msg)
         self.collections = collections
         self.settings = settings
         self.scheduler = Scheduler(scheduler, collections)

@@ -326,6 +326,17 @@ def test_server_down_warns_once_and_computes():
         assert cached_compute(expr, cache=url, scheduler="threads") == (4950,)
 
 
+def test_the_get_keyword_is_refused_as_dask_compute_refuses_it():
+    """Dask's ``test_raise_get_keyword`` through the oracle campaign: ``get=`` went to the
+    scheduler and computed, where ``dask.compute`` raises (it is ``scheduler=`` now)."""
+    with pytest.raises(TypeError, match="scheduler=") as dask_says:
+        dask.compute(dask.delayed(sum)([1, 2]), get=dask.get)
+    with pytest.raises(TypeError, match="scheduler=") as we_say:
+        cached_compute(dask.delayed(sum)([1, 2]), cache=f"http://127.0.0.1:{free_port()}",
+                       get=dask.get)
+    assert str(we_say.value) == str(dask_says.value)
+
+
 def test_no_cache_configured_computes_with_a_warning():
     with dask.config.set({"result-cache.url": None}):
         with pytest.warns(RuntimeWarning, match="no cache configured"):

@@ -121,3 +121,17 @@ def test_extension_arrays_and_pickle_buffers_held_as_values_hash_by_their_data()
     assert not same(pd.Categorical([1, "1"]), pd.Categorical(["1", 1]))
     assert same(pickle.PickleBuffer(b"ab"), pickle.PickleBuffer(b"ab"))
     assert not same(pickle.PickleBuffer(b"ab"), pickle.PickleBuffer(b"ac"))
+
+
+def test_long_doubles_hash_by_their_value_not_their_padding():
+    """The oracle campaign: x87 long doubles fill 10 of their 12 or 16 bytes, numpy leaves
+    the rest uninitialised, and a ``clongdouble`` scalar hashed apart in every process."""
+    for dtype in (np.longdouble, np.clongdouble):
+        clean = np.arange(4, dtype=dtype)
+        dirty = clean.copy()
+        raw = dirty.view(np.uint8).reshape(-1, np.dtype(np.longdouble).itemsize)
+        raw[:, 10:] = 0xAB  # padding only where there is any (x87)
+        assert np.array_equal(clean, dirty)
+        assert value_digest(clean) == value_digest(dirty)
+        assert value_digest(clean[1]) == value_digest(dirty[1])
+        assert value_digest(clean) != value_digest(clean + 1)

@@ -15,9 +15,10 @@ so ``x.compute()``, ``dask.compute(...)`` and the modules that import ``compute`
 (``dask.array``, ``dask.dataframe``) all go through the cache; a computation inside
 another (``cached_compute`` calling back into Dask) goes to Dask directly. Each test
 starts with numpy's and ``random``'s global generators seeded from its id, and
-``np.random.default_rng()`` and ``da.random.default_rng()`` without a seed get one from
-its id and a count, so a test that draws its data at random builds the same data in
-every pass (a different hash in the warm pass then means a hash that is not stable).
+``np.random.default_rng()``, ``da.random.default_rng()`` and ``da.random.RandomState()``
+without a seed get one from its id and a count, so a test that draws its data at random
+builds the same data in every pass (a different hash in the warm pass then means a hash
+that is not stable).
 """
 
 from __future__ import annotations
@@ -95,16 +96,31 @@ def _cached_compute(original: Any) -> Any:
     return compute
 
 
+def _next_seed() -> int:
+    with _lock:
+        _current["draws"] += 1
+        return zlib.crc32(f"{_current['test']}:{_current['draws']}".encode())
+
+
 def _seeded(original: Any) -> Any:
     def default_rng(seed: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if seed is None:
-            with _lock:
-                _current["draws"] += 1
-                seed = zlib.crc32(f"{_current['test']}:{_current['draws']}".encode())
-        return original(seed, *args, **kwargs)
+        return original(_next_seed() if seed is None else seed, *args, **kwargs)
 
     default_rng.__wrapped__ = original
     return default_rng
+
+
+def _seeded_class(original: type) -> type:
+    """``da.random.RandomState()`` without a seed seeds itself from the OS (not from
+    numpy's global generator): every pass would build other data."""
+
+    class Seeded(original):  # type: ignore[valid-type,misc]
+        def __init__(self, seed: Any = None, *args: Any, **kwargs: Any) -> None:
+            super().__init__(_next_seed() if seed is None else seed, *args, **kwargs)
+
+    Seeded.__name__, Seeded.__qualname__ = original.__name__, original.__qualname__
+    Seeded.__module__ = original.__module__
+    return Seeded
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -113,6 +129,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     np.random.default_rng = _seeded(np.random.default_rng)
     dask.array.random.default_rng = _seeded(dask.array.random.default_rng)
+    dask.array.random.RandomState = _seeded_class(dask.array.random.RandomState)
     if os.environ.get("ORACLE_MODE", "dask") != "cached":
         return
     import dask
