@@ -249,11 +249,17 @@ def options_in_effect() -> tuple:
     as sorted ``(name, repr(value))`` pairs; empty without pandas imported or with the
     defaults, so those processes agree. Global state every task in the process reads,
     so part of every task hash (:class:`~.graph.GraphHasher`)."""
-    if "pandas" not in sys.modules:
+    # Only a pandas that finished importing is read, and nothing is imported here: another
+    # thread (the recipe poster) importing pandas' modules while the user's thread is
+    # still importing pandas made that import fail (a partially initialised module).
+    # Options cannot differ from their defaults before pandas' import has finished.
+    pandas = sys.modules.get("pandas")
+    if pandas is None or getattr(getattr(pandas, "__spec__", None), "_initializing", False):
         return ()
-    try:
-        from pandas._config.config import _get_root, _registered_options
-    except ImportError:  # a pandas that keeps them elsewhere: not seen
+    config = sys.modules.get("pandas._config.config")
+    _get_root = getattr(config, "_get_root", None)
+    _registered_options = getattr(config, "_registered_options", None)
+    if _get_root is None or _registered_options is None:  # kept elsewhere: not seen
         return ()
     found = []
     for name, option in _registered_options.items():

@@ -135,3 +135,26 @@ def test_long_doubles_hash_by_their_value_not_their_padding():
         assert value_digest(clean) == value_digest(dirty)
         assert value_digest(clean[1]) == value_digest(dirty[1])
         assert value_digest(clean) != value_digest(clean + 1)
+
+
+_HALF_IMPORTED_PANDAS = """
+import importlib.util, sys, types
+from client_lib.hashing.pandas_values import options_in_effect
+spec = importlib.util.find_spec("pandas")
+half = types.ModuleType("pandas")  # what another thread sees while pandas imports
+half.__spec__, half.__path__ = spec, list(spec.submodule_search_locations)
+spec._initializing = True
+sys.modules["pandas"] = half
+print(options_in_effect(), "pandas._config" in sys.modules)
+"""
+
+
+def test_pandas_options_are_not_read_from_a_pandas_still_importing():
+    # The recipe poster thread read pandas' options while the user's thread was importing
+    # pandas: its import of pandas._config broke the user's import (circular import error).
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _HALF_IMPORTED_PANDAS], capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["()", "False"]
