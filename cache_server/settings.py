@@ -201,6 +201,10 @@ class Settings(BaseSettings):
     tokens_file: Path | None = Field(
         default=None, description="a file of scope:token lines (# comments), added to tokens"
     )
+    session_seconds: float = Field(
+        default=8 * 3600.0, gt=0,
+        description="how long a dashboard sign-in lasts (the browser then signs in again)",
+    )
     allow_open: bool = Field(
         default=False,
         description="serve without tokens on an address beyond loopback (refused otherwise)",

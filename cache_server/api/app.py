@@ -30,11 +30,13 @@ from cache_server.api.auth import (
     AuthenticateFirst,
     ReadAccess,
     Scope,
+    Throttle,
     TokenTable,
     check_exposure,
     is_loopback,
     refusal,
 )
+from cache_server.api.cross_site import CrossSiteGuard
 from cache_server.api.errors import answer_error, answer_validation_error, install_error_handlers
 from cache_server.api.middleware import JsonBodyLimit, MetricsMiddleware
 from cache_server.api.responses import COMMON_ERRORS, errors
@@ -50,6 +52,7 @@ from cache_server.api.routers import (
     staging,
     stats,
 )
+from cache_server.api.sessions import Sessions
 from cache_server.metrics import Metrics
 from cache_server.runtime import open_cache
 from cache_server.settings import Settings
@@ -112,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             chores = [asyncio.create_task(cache.replicas.keep_registered()),
                       asyncio.create_task(cache.keep_leases_swept())]
             app.state.cache = cache
+            app.state.sessions = Sessions(cache.index.redis, cache.index.prefix,
+                                          settings.session_seconds)
             try:
                 yield
             finally:
@@ -134,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.tokens = tokens
+    app.state.throttle = Throttle()
     guarded = errors(*COMMON_ERRORS)
     for module in (lookup, leases, staging, objects, entries, stats, runs, recipes):
         app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
@@ -176,5 +182,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
     if tokens.enabled:  # outermost but for the metrics: before any body is read
         app.add_middleware(AuthenticateFirst)
+    app.add_middleware(CrossSiteGuard)  # with or without tokens: before any route runs
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

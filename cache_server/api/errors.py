@@ -50,7 +50,9 @@ __all__ = [
     "ApiError",
     "Forbidden",
     "InvalidRequest",
+    "TooManyAttempts",
     "Unauthorized",
+    "UnsupportedMediaType",
     "answer_error",
     "answer_validation_error",
     "install_error_handlers",
@@ -77,7 +79,21 @@ class Unauthorized(ApiError):
 
 
 class Forbidden(ApiError):
-    """A valid token whose scope does not allow this request (read token, write request)."""
+    """A valid token whose scope does not allow this request (read token, write request),
+    or a state-changing request a browser sent from another origin."""
+
+
+class UnsupportedMediaType(ApiError):
+    """A state-changing API request whose body has a type a web page could send without
+    asking (a form or ``text/plain``), or not the route's own type."""
+
+
+class TooManyAttempts(ApiError):
+    """Too many wrong tokens from one client address; ``Retry-After`` says when to retry."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.headers = {"Retry-After": str(retry_after)}
 
 
 #: Every error the API answers on purpose, by class; a subclass answers like its nearest
@@ -86,6 +102,8 @@ STATUS: dict[type[Exception], int] = {
     InvalidRequest: 422,
     Unauthorized: 401,
     Forbidden: 403,
+    UnsupportedMediaType: 415,
+    TooManyAttempts: 429,
     InvalidUpload: 422,
     InvalidLease: 422,
     TooManyLeases: 429,

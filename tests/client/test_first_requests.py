@@ -15,6 +15,8 @@ import pytest
 from client_lib import CacheAccessDenied, CacheClient, CacheUnavailable
 from tests._servers import free_port
 
+HEX = "0123456789abcdef" * 2  # the shortest token a server takes is 32 characters
+
 
 def _hash() -> str:
     return uuid.uuid4().hex
@@ -59,10 +61,10 @@ print(json.dumps(seen))
 
 @pytest.mark.slow
 def test_a_short_session_never_imports_the_http_transport(fresh_server):
-    server = fresh_server(tokens="read:r0123456789abcdef,write:w0123456789abcdef")
+    server = fresh_server(tokens=f"read:r{HEX},write:w{HEX}")
     stored, missing = _hash(), _hash()
-    assert CacheClient(server.url, "w0123456789abcdef").put(stored, np.arange(3.0), 1.0, "s")
-    done = subprocess.run([sys.executable, "-c", SESSION, server.url, "r0123456789abcdef",
+    assert CacheClient(server.url, f"w{HEX}").put(stored, np.arange(3.0), 1.0, "s")
+    done = subprocess.run([sys.executable, "-c", SESSION, server.url, f"r{HEX}",
                            stored, missing], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])

@@ -22,6 +22,8 @@ from client_lib import (
 from tests._servers import free_port
 from tests.client._corrupting_proxy import corrupting_proxy
 
+HEX = "0123456789abcdef" * 2  # the shortest token a server takes is 32 characters
+
 
 def _hash() -> str:
     return uuid.uuid4().hex
@@ -68,7 +70,7 @@ def test_cached_compute_recomputes_over_a_damaging_link_and_leaves_the_cache_alo
 
 @pytest.mark.slow
 def test_server_errors_and_refusals_map_the_same_for_every_request(fresh_server):
-    server = fresh_server(tokens="read:r0123456789abcdef,write:w0123456789abcdef")
+    server = fresh_server(tokens=f"read:r{HEX},write:w{HEX}")
     anonymous = CacheClient(server.url)
     for call in (lambda: anonymous.lookup([_hash()]), lambda: anonymous.get(_hash()),
                  lambda: anonymous.stats(), lambda: anonymous.entry(_hash())):

@@ -81,7 +81,7 @@ def test_the_cache_refuses_to_start_open_beyond_loopback(tmp_path):
         log = stack.log_tail("cache-server")
         assert "RESULT_CACHE_TOKENS" in log and "RESULT_CACHE_ALLOW_OPEN=1" in log, log
         assert OUTSIDE in log
-    for settings in ({"RESULT_CACHE_TOKENS": "read:r1,write:w1"},
+    for settings in ({"RESULT_CACHE_TOKENS": f"read:{'r' * 32},write:{'w' * 32}"},
                      {"RESULT_CACHE_ALLOW_OPEN": "1"}):
         stack, exited = start_cache_server(tmp_path / "ok", CACHE_ADDRESS=OUTSIDE, **settings)
         with stack:

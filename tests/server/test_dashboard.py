@@ -16,7 +16,7 @@ from client_lib import cached_compute, last_report, task_hashes
 
 pytestmark = pytest.mark.slow
 
-READ, WRITE = "dash-read-token", "dash-write-token"
+READ, WRITE = "dash-read-" + "r" * 32, "dash-write-" + "w" * 32
 CHROMIUM = "/usr/bin/chromium"
 
 

@@ -197,10 +197,10 @@ def test_overwrite_keeps_an_object_other_entries_still_use(client, cache_server)
 
 @pytest.mark.slow
 def test_overwrite_needs_a_write_token(fresh_server):
-    server = fresh_server(tokens="read:r-token,write:w-token")
+    server = fresh_server(tokens=f"read:r-{'r' * 32},write:w-{'w' * 32}")
     h, value = new_hash(), encode_pickle(1)
     with httpx.Client(base_url=server.url,
-                      headers={"Authorization": "Bearer r-token"}) as reader:
+                      headers={"Authorization": f"Bearer r-{'r' * 32}"}) as reader:
         assert overwrite(reader, h, value).status_code == 403
         assert lease(reader, "run-x", h).status_code == 403
         assert reader.get(f"/v1/leases/{h}").status_code == 200

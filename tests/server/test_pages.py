@@ -11,6 +11,9 @@ from tests.server.conftest import MakeApp
 
 pytestmark = pytest.mark.anyio
 
+READER, WRITER = "reader-" + "r" * 32, "writer-" + "w" * 32
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
 _URL = re.compile(r"""(?:src|href|spec-url)\s*=\s*["']([^"']+)["']|url\s*:\s*["']([^"']+)["']""")
 
 
@@ -21,9 +24,9 @@ def referenced(html: str) -> list[str]:
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 async def test_api_docs_load_only_assets_this_server_serves(make_app: MakeApp, page: str):
-    client = await make_app(tokens="read:reader-token")
+    client = await make_app(tokens=f"read:{READER}")
     assert (await client.get(page)).status_code == 401  # same access as the API
-    auth = {"Authorization": "Bearer reader-token"}
+    auth = {"Authorization": f"Bearer {READER}"}
     html = (await client.get(page, headers=auth)).text
     urls = referenced(html)
     assert "/openapi.json" in urls and any(u.endswith(".js") for u in urls)
@@ -46,25 +49,38 @@ async def test_vendored_scripts_name_no_other_host(make_app: MakeApp):
 
 
 
-async def test_a_browser_signs_in_with_a_cookie_that_keeps_its_scope(make_app: MakeApp):
-    client = await make_app(tokens="read:reader-token,write:writer-token")
+async def test_a_browser_signs_in_with_a_session_that_keeps_its_scope(make_app: MakeApp):
+    client = await make_app(tokens=f"read:{READER},write:{WRITER}")
     page = await client.get("/", headers={"Accept": "text/html"})
     assert page.status_code == 303 and page.headers["location"] == "/login"
     assert (await client.get("/")).status_code == 401  # not a browser: the API's answer
-    assert (await client.get("/login")).status_code == 200
-    refused = await client.post("/login", content=b"token=nope",
-                                headers={"Content-Type": "application/x-www-form-urlencoded"})
-    assert refused.status_code == 401 and "result_cache_token" not in refused.headers.get(
-        "set-cookie", "")
-    signed = await client.post("/login", content=b"token=reader-token",
-                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+    form = await client.get("/login")
+    csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', form.text).group(1)
+    refused = await client.post("/login", content=f"token=nope&csrf={csrf}", headers=FORM)
+    assert refused.status_code == 401 and "set-cookie" not in refused.headers
+    forged = await client.post("/login", content=f"token={READER}&csrf=0", headers=FORM)
+    assert forged.status_code == 403 and "set-cookie" not in forged.headers  # no CSRF token
+    signed = await client.post("/login", content=f"token={READER}&csrf={csrf}", headers=FORM)
     assert signed.status_code == 303
     cookie = signed.headers["set-cookie"]
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
-    client.cookies.set("result_cache_token", "reader-token")
+    assert READER not in cookie  # an opaque session id, never the token
     assert (await client.get("/", headers={"Accept": "text/html"})).status_code == 200
-    assert (await client.get("/v1/stats")).status_code == 200  # the API takes the cookie
+    assert (await client.get("/totals")).json()["entries"] >= 0
+    assert (await client.get("/v1/stats")).status_code == 401  # the API never takes it
     pin = await client.post(f"/entries/{'0' * 32}/pin")
-    assert pin.status_code == 403  # a read token cannot pin, from the page either
-    client.cookies.set("result_cache_token", "writer-token")
-    assert (await client.post(f"/entries/{'0' * 32}/pin")).status_code == 404
+    assert pin.status_code == 403  # a read session cannot pin, from the page either
+    client.cookies.clear()
+    assert (await client.get("/totals")).status_code == 401
+    client.cookies.set("result_cache_session", "guessed")
+    assert (await client.get("/totals")).status_code == 401
+    client.cookies.set("result_cache_token", READER)  # the old cookie: the token itself
+    assert (await client.get("/totals")).status_code == 401
+    client.cookies.clear()
+    signed = await client.post("/login", content=f"token={WRITER}&csrf={csrf}", headers=FORM)
+    entry = await client.get(f"/entries/{'0' * 32}")
+    assert entry.status_code == 404
+    no_csrf = await client.post(f"/entries/{'0' * 32}/pin")
+    assert no_csrf.status_code == 403 and "CSRF" in no_csrf.json()["detail"]
+    wrong = await client.post(f"/entries/{'0' * 32}/pin", content=f"csrf={csrf}", headers=FORM)
+    assert wrong.status_code == 403  # the login form's token is not this session's

@@ -5,9 +5,11 @@
 events from ``/events/stream``) and the recent runs; ``/runs/{id}`` a run's counts, its
 progress while it runs and its task graph coloured by what the cache did; ``/entries``
 the entries, paged by cursor (never silently capped); ``/entries/{hash}`` one entry, with
-pin, unpin and delete for a write token. A browser signs in at ``/login``: the token goes
-into an HttpOnly, SameSite=Strict cookie that the API accepts like a bearer header. Every
-asset is served by the package (``/static``).
+pin, unpin and delete for a write token. A browser signs in at ``/login`` and gets a
+session (:mod:`cache_server.api.sessions`): an opaque id in an HttpOnly, SameSite=Strict
+cookie that these routes accept, the API never; every form carries the session's CSRF
+token. ``/totals`` and ``/runs/{id}/summary`` are the JSON the pages' scripts refresh
+from. Every asset is served by the package (``/static``).
 """
 
 from __future__ import annotations
@@ -24,10 +26,18 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.templating import Jinja2Templates
 
-from cache_server.api.auth import TOKEN_COOKIE, ReadAccess, WriteAccess
+from cache_server.api.auth import (
+    SESSION_COOKIE,
+    ReadAccess,
+    WriteAccess,
+    failed_attempt,
+    throttled,
+)
 from cache_server.api.dependencies import CacheDep, TaskHash
+from cache_server.api.errors import Forbidden, answer_error
 from cache_server.api.routers.runs import RunId
-from cache_server.models import Event
+from cache_server.api.sessions import Sessions
+from cache_server.models import Event, RunSummary, Stats
 from cache_server.service.errors import Busy, IndexUnavailable
 from cache_server.service.upload import MAX_LABEL_CHARS
 from storage.header import DIGEST_PATTERN
@@ -47,22 +57,54 @@ _streams = 0
 _MAX_FORM = 4096
 
 
+def _sessions(request: Request) -> Sessions:
+    return request.app.state.sessions
+
+
+def _session_id(request: Request) -> str | None:
+    """The session the CSRF token belongs to (None without tokens: no sessions then)."""
+    return request.cookies.get(SESSION_COOKIE) if request.app.state.tokens.enabled else None
+
+
+async def _csrf(request: Request) -> str:
+    return await _sessions(request).csrf_token(_session_id(request))
+
+
+async def _login_page(request: Request, error: str | None, status_code: int = 200
+                      ) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, "login.html",
+        {"error": error, "csrf": await _sessions(request).csrf_token(None)},
+        status_code=status_code)
+
+
 @router.get("/login")
 async def login_form(request: Request, error: str | None = None) -> HTMLResponse:
-    return templates.TemplateResponse(request, "login.html", {"error": error})
+    return await _login_page(request, error)
 
 
 @router.post("/login")
 async def login(request: Request) -> Response:
-    """Check the token (read scope at least) and keep it in a cookie."""
-    token = await _form_field(request, "token")
+    """Check the token (read scope at least) and open a session for it; wrong tokens are
+    throttled per client address like wrong bearer tokens."""
+    form = await _form(request)
+    if not await _sessions(request).csrf_ok(None, form.get("csrf")):
+        return await _login_page(request, "the form expired: sign in again", 403)
+    too_many = throttled(request)
+    if too_many is not None:
+        return await answer_error(request, too_many)
     table = request.app.state.tokens
-    if not token or (table.enabled and table.scope_of(token) is None):
-        return templates.TemplateResponse(request, "login.html",
-                                          {"error": "that token is not valid here"},
-                                          status_code=401)
+    token = form.get("token")
+    scope = table.scope_of(token) if token else None
+    if not table.enabled:
+        return RedirectResponse("/", status_code=303)  # nothing to sign in to
+    if scope is None:
+        failed_attempt(request)
+        return await _login_page(request, "that token is not valid here", 401)
     response = RedirectResponse("/", status_code=303)
-    response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict",
+    response.set_cookie(SESSION_COOKIE, await _sessions(request).open(scope),
+                        max_age=int(request.app.state.settings.session_seconds),
+                        httponly=True, samesite="strict",
                         secure=request.url.scheme == "https")
     return response
 
@@ -103,11 +145,30 @@ async def entries_page(
 @router.get("/entries/{task_hash}", dependencies=[ReadAccess])
 async def entry_page(request: Request, task_hash: TaskHash, cache: CacheDep) -> HTMLResponse:
     manifest = await cache.manifest(task_hash)
-    return templates.TemplateResponse(request, "entry.html", {"entry": manifest})
+    return templates.TemplateResponse(request, "entry.html",
+                                      {"entry": manifest, "csrf": await _csrf(request)})
+
+
+@router.get("/totals", dependencies=[ReadAccess])
+async def totals(cache: CacheDep) -> Stats:
+    """``GET /v1/stats`` for the index page's script (the API takes no session)."""
+    return await cache.stats()
+
+
+@router.get("/runs/{run_id}/summary", dependencies=[ReadAccess])
+async def run_summary(run_id: RunId, cache: CacheDep) -> RunSummary:
+    """``GET /v1/runs/{id}`` for the run page's script."""
+    return await cache.run(run_id)
 
 
 @router.post("/entries/{task_hash}/{action}", dependencies=[WriteAccess])
-async def entry_action(task_hash: TaskHash, action: str, cache: CacheDep) -> Response:
+async def entry_action(request: Request, task_hash: TaskHash, action: str,
+                       cache: CacheDep) -> Response:
+    """Pin, unpin or delete; a form's post must carry its CSRF token (a request with a
+    bearer token needs none: no browser adds one on its own)."""
+    if "authorization" not in request.headers and not await _sessions(request).csrf_ok(
+            _session_id(request), (await _form(request)).get("csrf")):
+        raise Forbidden("the form's CSRF token is missing or wrong: reload the page")
     if action == "delete":
         await cache.delete(task_hash)
         return RedirectResponse("/entries", status_code=303)
@@ -154,15 +215,16 @@ async def event_stream(request: Request, cache: CacheDep,
                              headers={"Cache-Control": "no-store"})
 
 
-async def _form_field(request: Request, name: str) -> str | None:
-    """One field of a small urlencoded form (at most ``_MAX_FORM`` bytes are read)."""
+async def _form(request: Request) -> dict[str, str]:
+    """The fields of a small urlencoded form, first value of each (at most ``_MAX_FORM``
+    bytes are read; a larger form is empty)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > _MAX_FORM:
-            return None
-    values = urllib.parse.parse_qs(body.decode("utf-8", "replace")).get(name)
-    return values[0] if values else None
+            return {}
+    fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+    return {name: values[0] for name, values in fields.items()}
 
 
 def _plot(events: list[Event]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ function eventItem(e) {
 }
 
 async function refreshTotals() {
-  const r = await fetch("/v1/stats", { credentials: "same-origin" });
+  const r = await fetch("/totals", { credentials: "same-origin" });
   if (!r.ok) return;
   const s = await r.json();
   const set = (id, v) => { const el = document.getElementById(id); if (el) el.textContent = v; };
@@ -67,7 +67,7 @@ function followRun() {
   const box = document.getElementById("run");
   if (!box || box.dataset.status !== "running") return;
   const timer = setInterval(async () => {
-    const r = await fetch("/v1/runs/" + box.dataset.run, { credentials: "same-origin" });
+    const r = await fetch("/runs/" + box.dataset.run + "/summary", { credentials: "same-origin" });
     if (!r.ok) return;
     const run = await r.json();
     const bar = document.getElementById("progress");
