@@ -115,8 +115,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             chores = [asyncio.create_task(cache.replicas.keep_registered()),
                       asyncio.create_task(cache.keep_leases_swept())]
             app.state.cache = cache
-            app.state.sessions = Sessions(cache.index.redis, cache.index.prefix,
-                                          settings.session_seconds)
+            app.state.sessions = Sessions(
+                cache.index.redis, cache.index.prefix, settings.session_seconds,
+                Sessions.secret_for(list(tokens.scopes), settings.data_dir))
             try:
                 yield
             finally:

@@ -11,9 +11,9 @@ request act. So, whether or not tokens are configured, every request of a method
 - 403 when its ``Origin`` is not this server's own (scheme, host and port of the request's
   ``Host``; ``null`` included), or its ``Sec-Fetch-Site`` is neither ``same-origin`` nor
   ``none`` (browsers send both on every such request; programs send neither);
-- a ``POST`` to the API (``/v1/*``, whose clients are programs): 415 when its body has one of the types
-  a page may send freely, or no type at all, and for a route of its own media type
-  (``POST /v1/objects/batch``) anything but that type.
+- a ``POST`` to the API (``/v1/*``, whose clients are programs): 415 when its body has
+  one of the types a page may send freely, or no type at all, and for a route of its own
+  media type (``POST /v1/objects/batch``) anything but that type.
 
 ``PUT`` and ``DELETE`` never leave a browser for another origin without a CORS preflight,
 which this server does not answer; the dashboard's forms carry a CSRF token on top

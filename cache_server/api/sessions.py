@@ -8,16 +8,19 @@ the id's scope in Redis, under the SHA-256 of the id, with that expiry, so every
 knows every session and a restart keeps them.
 
 Every state-changing dashboard form carries a CSRF token: an HMAC of the session id under a
-random secret kept in Redis (the same for every replica). A page of another origin cannot
-read ours, so it cannot learn the token; without tokens configured (no session), the token
-is the HMAC of the empty id, as unguessable.
+secret every replica derives alike: from the configured tokens' digests, or, without
+tokens (no sessions then; the token is the HMAC of the empty id), from a random file in
+the data directory, which the replicas of a tokenless (loopback) server share. A page of
+another origin cannot read ours, so it cannot learn the token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
+from pathlib import Path
 
 from cache_server.api.auth import Scope
 from cache_server.index.client import IndexRedis
@@ -29,11 +32,27 @@ class Sessions:
     """The sessions of one cache (Redis keys ``<prefix>session:*``). Safe to share between
     tasks; holds no state but the CSRF secret once read."""
 
-    def __init__(self, redis: IndexRedis, prefix: str, lifetime: float) -> None:
+    def __init__(self, redis: IndexRedis, prefix: str, lifetime: float, secret: bytes) -> None:
         self.redis = redis
         self.prefix = prefix
         self.lifetime = lifetime
-        self._secret: bytes | None = None
+        self._secret = secret
+
+    @staticmethod
+    def secret_for(token_digests: list[bytes], data_dir: Path) -> bytes:
+        """The CSRF secret: from the tokens when there are any, else from
+        ``data_dir/csrf-secret`` (made once, readable by its owner only)."""
+        if token_digests:
+            return hashlib.sha256(b"csrf\0" + b"".join(sorted(token_digests))).digest()
+        path = Path(data_dir) / "csrf-secret"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_bytes()
+        with os.fdopen(fd, "wb") as file:
+            file.write(secrets.token_bytes(32))
+        return path.read_bytes()
 
     def _key(self, session_id: str) -> str:
         return f"{self.prefix}session:{hashlib.sha256(session_id.encode()).hexdigest()}"
@@ -56,10 +75,6 @@ class Sessions:
 
     async def csrf_token(self, session_id: str | None) -> str:
         """The CSRF token of the forms shown to ``session_id`` (None: no session)."""
-        if self._secret is None:
-            key = f"{self.prefix}session-secret"
-            await self.redis.set(key, secrets.token_hex(32), nx=True)
-            self._secret = str(await self.redis.get(key)).encode()
         return hmac.new(self._secret, (session_id or "").encode(), hashlib.sha256).hexdigest()
 
     async def csrf_ok(self, session_id: str | None, token: str | None) -> bool:

@@ -15,14 +15,17 @@ from cache_server.service.errors import InvalidUpload
 from client_lib.wire.bounds import MAX_COMPUTE_SECONDS, MAX_TTL_SECONDS
 from storage import ObjectHeader, Sidecar, TaskReference, is_digest
 
-__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TYPE_CHARS", "Upload",
-           "manifest_for"]
+__all__ = ["MAX_LABEL_CHARS", "MAX_SIGNATURE_CHARS", "MAX_TYPE_CHARS", "TYPE_NAME", "Upload",
+           "header_safe", "manifest_for"]
 
 MAX_LABEL_CHARS = 1024
 MAX_TYPE_CHARS = 512
 MAX_SIGNATURE_CHARS = 256
 #: A client's signature is opaque to the server: visible ASCII, no spaces or commas.
 _SIGNATURE = re.compile(rf"[!-+\--~]{{1,{MAX_SIGNATURE_CHARS}}}")
+#: A value's type as clients name it, ``module.qualname`` (``<locals>``, ``<lambda>``):
+#: what may go back into an ``X-Result-Type`` header as it is.
+TYPE_NAME = re.compile(rf"[A-Za-z0-9_.<>]{{1,{MAX_TYPE_CHARS}}}")
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,12 @@ class Upload:
                                 "visible ASCII characters without commas")
         if len(self.label) > MAX_LABEL_CHARS:
             raise InvalidUpload(f"X-Result-Label is longer than {MAX_LABEL_CHARS} characters")
-        if self.type_name is not None and len(self.type_name) > MAX_TYPE_CHARS:
-            raise InvalidUpload(f"X-Result-Type is longer than {MAX_TYPE_CHARS} characters")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in self.label):
+            raise InvalidUpload("X-Result-Label must not hold control characters")
+        if self.type_name is not None and not TYPE_NAME.fullmatch(self.type_name):
+            raise InvalidUpload(f"X-Result-Type must be 1 to {MAX_TYPE_CHARS} characters of "
+                                f"A-Z a-z 0-9 _ . < > (module.qualname), not "
+                                f"{self.type_name[:80]!r}")
 
     def expires(self, created: float) -> float | None:
         """When an entry of this upload created at ``created`` expires (None: never)."""
@@ -72,6 +79,13 @@ class Upload:
         client announced, else None (a chunked pickle)."""
         size = self.header.expected_nbytes
         return self.content_length if size is None else size
+
+
+def header_safe(value: str | None) -> bool:
+    """Whether a stored field may go into a response header as it is: visible ASCII only
+    (an entry stored before fields were checked may hold anything; such a field is left
+    out of the headers rather than copied)."""
+    return bool(value) and all(0x21 <= ord(c) <= 0x7E for c in value)  # type: ignore[union-attr]
 
 
 def manifest_for(sidecar: Sidecar, task: TaskReference) -> Manifest:

@@ -251,7 +251,8 @@ def test_tokens_file_and_bad_configurations(tmp_path: Path, redis_url: str) -> N
         ({"RESULT_CACHE_TOKENS": "admin:xyz"}, "read:TOKEN"),
         ({"RESULT_CACHE_TOKENS": "read:"}, "empty token"),
         ({"RESULT_CACHE_TOKENS": "read:a b"}, "visible ASCII"),
-        ({"RESULT_CACHE_TOKENS": "read:t1,write:t1"}, "two scopes"),
+        ({"RESULT_CACHE_TOKENS": f"read:{READ},write:{READ}"}, "two scopes"),
+        ({"RESULT_CACHE_TOKENS": f"read:{READ},write:ab"}, "too easy to guess"),
         ({"RESULT_CACHE_TOKENS_FILE": str(tmp_path / "missing")}, "cannot read"),
     ]:
         with pytest.raises(RuntimeError, match=message):

@@ -21,7 +21,7 @@ from cache_server.models import Manifest
 from cache_server.service.body import PIECE_BYTES
 from cache_server.service.errors import BodyTooLarge
 from cache_server.service.reads import FileBody
-from cache_server.service.upload import Upload
+from cache_server.service.upload import Upload, header_safe
 from client_lib.wire import batch, bounds
 from client_lib.wire import headers as result_headers
 from storage import ObjectHeader, is_digest
@@ -171,10 +171,11 @@ def _object_headers(manifest: Manifest) -> dict[str, str]:
         header = ObjectHeader.array(manifest.dtype or "", manifest.shape or [])
         headers[result_headers.DTYPE] = header.dtype
         headers[result_headers.SHAPE] = header.shape_text
-    if manifest.type:
-        headers[result_headers.TYPE] = manifest.type
-    if manifest.signature:
-        headers[result_headers.SIGNATURE] = manifest.signature
+    # Stored fields never go into a header raw: a CR/LF there would break every GET.
+    if header_safe(manifest.type):
+        headers[result_headers.TYPE] = manifest.type  # type: ignore[assignment]
+    if header_safe(manifest.signature):
+        headers[result_headers.SIGNATURE] = manifest.signature  # type: ignore[assignment]
     if manifest.expires is not None:
         headers[result_headers.EXPIRES] = repr(manifest.expires)
     return headers
