@@ -201,6 +201,11 @@ class Settings(BaseSettings):
     tokens_file: Path | None = Field(
         default=None, description="a file of scope:token lines (# comments), added to tokens"
     )
+    token_failures_allowed: int = Field(
+        default=10, gt=0,
+        description="wrong tokens one client address may send before it is answered 429 "
+        "(for a time that doubles with each further failure)",
+    )
     session_seconds: float = Field(
         default=8 * 3600.0, gt=0,
         description="how long a dashboard sign-in lasts (the browser then signs in again)",

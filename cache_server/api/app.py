@@ -140,7 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.tokens = tokens
-    app.state.throttle = Throttle()
+    app.state.throttle = Throttle(free=settings.token_failures_allowed)
     guarded = errors(*COMMON_ERRORS)
     for module in (lookup, leases, staging, objects, entries, stats, runs, recipes):
         app.include_router(module.router, dependencies=[ReadAccess], responses=guarded)
@@ -181,8 +181,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             with_google_fonts=False)
 
     app.add_middleware(JsonBodyLimit, limit=settings.max_json_bytes)
+    # With or without tokens, before any route runs (a stranger still gets his 401 first).
+    app.add_middleware(CrossSiteGuard)
     if tokens.enabled:  # outermost but for the metrics: before any body is read
         app.add_middleware(AuthenticateFirst)
-    app.add_middleware(CrossSiteGuard)  # with or without tokens: before any route runs
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app
