@@ -89,25 +89,26 @@ async def test_what_a_web_page_could_send_is_refused_without_tokens(make_app: Ma
     assert (await client.get(f"/v1/entries/{task_hash}")).status_code == 404
 
 
-async def test_wrong_tokens_are_throttled_per_address(make_app: MakeApp) -> None:
-    client = await make_app(tokens=f"read:{READER},write:{WRITER}")
-    transport = client._transport  # type: ignore[attr-defined]
+@pytest.mark.slow
+def test_wrong_tokens_are_throttled_per_address(fresh_server) -> None:
+    server = fresh_server(tokens=f"read:{READER},write:{WRITER}")
 
-    def at(address: str) -> httpx.AsyncClient:
-        transport.client = (address, 1)  # the address the app sees
-        return client
+    def at(address: str) -> httpx.Client:  # loopback answers from any 127.x source
+        return httpx.Client(transport=httpx.HTTPTransport(local_address=address),
+                            base_url=server.url)
 
-    for i in range(12):
-        answer = await at("10.0.0.1").get("/v1/stats", headers={"Authorization": f"Bearer g{i}"})
-        assert answer.status_code == (401 if i < 10 else 429), i
-    assert int(answer.headers["Retry-After"]) >= 1
-    right = await at("10.0.0.1").get("/v1/stats", headers={"Authorization": f"Bearer {READER}"})
-    assert right.status_code == 429  # refused even when right: no oracle while blocked
-    ok = await at("10.0.0.2").get("/v1/stats", headers={"Authorization": f"Bearer {READER}"})
-    assert ok.status_code == 200  # another address is not affected
-    csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"',
-                     (await at("10.0.0.3").get("/login")).text).group(1)
-    form = {"Content-Type": "application/x-www-form-urlencoded"}
-    tries = [(await client.post("/login", content=f"token=g{i}&csrf={csrf}", headers=form))
-             for i in range(11)]
-    assert [t.status_code for t in tries] == [401] * 10 + [429]
+    with at("127.0.0.2") as guesser, at("127.0.0.3") as other, at("127.0.0.4") as login:
+        for i in range(12):
+            answer = guesser.get("/v1/stats", headers={"Authorization": f"Bearer g{i}"})
+            assert answer.status_code == (401 if i < 10 else 429), i
+        assert int(answer.headers["Retry-After"]) >= 1
+        right = guesser.get("/v1/stats", headers={"Authorization": f"Bearer {READER}"})
+        assert right.status_code == 429  # refused even when right: no oracle while blocked
+        ok = other.get("/v1/stats", headers={"Authorization": f"Bearer {READER}"})
+        assert ok.status_code == 200  # another address is not affected
+        csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"',
+                         login.get("/login").text).group(1)
+        form = {"Content-Type": "application/x-www-form-urlencoded"}
+        tries = [login.post("/login", content=f"token=g{i}&csrf={csrf}", headers=form)
+                 for i in range(11)]
+        assert [t.status_code for t in tries] == [401] * 10 + [429]
