@@ -58,7 +58,9 @@ def test_a_large_lease_request_answers_every_hash_in_order(client):
 def lease_packed(client: httpx.Client, holder: str, *hashes: str, ttl: object = 60.0,
                  content: bytes | None = None) -> httpx.Response:
     return client.post("/v1/leases/packed", params={"holder": holder, "ttl": ttl},
-                       content="".join(hashes).encode() if content is None else content)
+                       content="".join(hashes).encode() if content is None else content,
+                       headers={"Content-Type": "application/octet-stream"})  # as the client
+
 
 
 def test_the_packed_lease_answers_one_byte_per_hash_in_order(client):
