@@ -193,6 +193,16 @@ class Settings(BaseSettings):
         ge=4096,
         description="largest request line and headers (431 beyond; a label takes up to 12 KiB)",
     )
+    head_timeout: float = Field(
+        default=10.0, gt=0,
+        description="seconds a connection may take to send a request head (from opening or "
+        "from its previous response) before it is closed",
+    )
+    max_connections: int = Field(
+        default=0, ge=0,
+        description="open connections per server process; beyond it the oldest one still "
+        "sending its head is closed (0: the soft open-files limit less 128)",
+    )
     tokens: str | None = Field(
         default=None,
         description="bearer tokens as comma-separated scope:token pairs, "

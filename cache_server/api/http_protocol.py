@@ -7,6 +7,15 @@ arrive, *before* the parser sees them; past ``max_header_bytes`` the request is 
 ``431`` and the connection closed, so a stranger costs at most that much per connection.
 Bodies are not counted (their limits are the routes' business).
 
+A connection must finish each request head within ``head_timeout`` seconds of opening (or of
+its previous response) or it is closed, and the process keeps at most ``max_connections``
+open (by default its soft open-files limit less a reserve for Redis, storage and sendfile):
+a new connection beyond it closes the oldest one still sending its head. Connections that
+open and stall (1,100 of them reset every fresh ``/healthz`` before, issue 29 row 10) so
+cost a bounded number of descriptors for a bounded time, and health checks and clients
+that send whole requests keep getting in. Behind a proxy exposed to the internet, let the
+proxy bound slow clients as well (docs/design/deployment.md).
+
 The protocol also offers the ASGI zero-copy send extension on plain sockets
 (:mod:`cache_server.api.zero_copy`: object bodies go from file to socket with ``sendfile``).
 """
@@ -16,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import resource
 from typing import Any
 
 from uvicorn.config import Config
@@ -24,18 +34,39 @@ from uvicorn.server import ServerState
 
 from cache_server.api.zero_copy import ZERO_COPY, ZeroCopySender
 
-__all__ = ["DEFAULT_MAX_HEADER_BYTES", "bounded_http_protocol"]
+__all__ = ["DEFAULT_HEAD_TIMEOUT", "DEFAULT_MAX_HEADER_BYTES", "bounded_http_protocol"]
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
+DEFAULT_HEAD_TIMEOUT = 10.0
+#: Descriptors kept free of connections: Redis, storage files, sendfile, logs.
+FD_RESERVE = 128
 _END_OF_HEAD = b"\r\n\r\n"
 logger = logging.getLogger("cache_server")
 
 
+class _Connections:
+    """The open connections of one server process, and those still sending a head in the
+    order they started it (the oldest is closed first when a new one needs room)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit  # 0: the soft open-files limit less FD_RESERVE
+        self.open = 0
+        self.in_head: dict[_BoundedHttpToolsProtocol, None] = {}
+
+    def room(self) -> int:
+        if self.limit:
+            return self.limit
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return max(16, soft - FD_RESERVE)
+
+
 class _BoundedHttpToolsProtocol(HttpToolsProtocol):
-    """One connection. ``max_header_bytes`` is set on the subclass that
-    :func:`bounded_http_protocol` makes."""
+    """One connection. ``max_header_bytes``, ``head_timeout`` and ``_registry`` are set
+    on the subclass that :func:`bounded_http_protocol` makes."""
 
     max_header_bytes = DEFAULT_MAX_HEADER_BYTES
+    head_timeout = DEFAULT_HEAD_TIMEOUT
+    _registry = _Connections(0)
 
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -44,16 +75,49 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes: int | None = 0
         self._tail = b""  # the last bytes seen, for an end of head split across reads
         self._zero_copy: ZeroCopySender | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if ZeroCopySender.possible(transport):
             self._zero_copy = ZeroCopySender(transport)
+        connections = self._registry
+        connections.open += 1
+        if connections.open > connections.room():
+            oldest = next(iter(connections.in_head), None)
+            if oldest is not None:
+                logger.warning("%d connections open: closed the oldest one still sending "
+                               "its request head (%s)", connections.open, oldest.client)
+                oldest.transport.close()
+            else:  # every connection is busy with a request: this one waits its turn
+                transport.close()
+                return
+        self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        connections = self._registry
+        connections.open -= 1
+        self._head_arrived()
         if self._zero_copy is not None:
             self._zero_copy.close()
         super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        """A request head is due within ``head_timeout``."""
+        self._registry.in_head[self] = None
+        self._head_timer = self.loop.call_later(self.head_timeout, self._head_too_slow)
+
+    def _head_arrived(self) -> None:
+        self._registry.in_head.pop(self, None)
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self in self._registry.in_head:
+            del self._registry.in_head[self]
+            self.transport.close()
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         if self._zero_copy is not None:
@@ -75,11 +139,14 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
+        self._head_arrived()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._head_bytes, self._tail = 0, b""  # a pipelined request may follow
+        if not self.transport.is_closing():
+            self._await_head()
 
     def _refuse(self) -> None:
         self._head_bytes = None
@@ -98,7 +165,10 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-def bounded_http_protocol(max_header_bytes: int) -> type[asyncio.Protocol]:
-    """The protocol class to give ``uvicorn.Config(http=...)``."""
+def bounded_http_protocol(max_header_bytes: int, head_timeout: float = DEFAULT_HEAD_TIMEOUT,
+                          max_connections: int = 0) -> type[asyncio.Protocol]:
+    """The protocol class to give ``uvicorn.Config(http=...)`` (one per server process:
+    it counts that process's connections)."""
     return type("BoundedHttpToolsProtocol", (_BoundedHttpToolsProtocol,),
-                {"max_header_bytes": max_header_bytes})
+                {"max_header_bytes": max_header_bytes, "head_timeout": head_timeout,
+                 "_registry": _Connections(max_connections)})

@@ -83,7 +83,8 @@ def serve(
         log_level=log_level,
         access_log=log_level == "debug",
         lifespan="on",
-        http=bounded_http_protocol(settings.max_header_bytes),
+        http=bounded_http_protocol(settings.max_header_bytes, settings.head_timeout,
+                                   settings.max_connections),
         timeout_graceful_shutdown=30,
     )
     sockets = [socket.socket(fileno=fd)] if fd is not None else None
