@@ -98,9 +98,11 @@ class RecipeMaker:
             names is None or "cache_version" in names)
         in_graph: dict[type, Any] = {TaskRef: _mark, Alias: _mark, NestedContainer: _walk,
                                      Task: _inlined, DataNode: _data}
-        array_module = sys.modules.get("dask.array.core")
-        if array_module is not None:  # a template holding this graph's chunks (xarray)
-            in_graph[array_module.Array] = _mark
+        # (this runs in the poster thread: a module another thread is still importing
+        # has no Array yet, and then no graph of this run holds one)
+        array_type = getattr(sys.modules.get("dask.array.core"), "Array", None)
+        if array_type is not None:  # a template holding this graph's chunks (xarray)
+            in_graph[array_type] = _mark
         self.enc = _RecipeEncoder(HANDLERS.extended(in_graph), Fingerprinter)
         self.enc.files = []
         self.code: Fingerprinter = self.enc._code  # type: ignore[assignment]
