@@ -76,6 +76,9 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = b""  # the last bytes seen, for an end of head split across reads
         self._zero_copy: ZeroCopySender | None = None
         self._head_timer: asyncio.TimerHandle | None = None
+        # The next head is due once the response to the last request is sent (a slow
+        # handler or a slowly read download is no stalled head).
+        self._head_pending = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -139,13 +142,20 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
+        self._head_pending = False
         self._head_arrived()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._head_bytes, self._tail = 0, b""  # a pipelined request may follow
-        if not self.transport.is_closing():
+        self._head_pending = True
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # Not from the end of the request: the timer would close a connection whose
+        # response takes longer than head_timeout (it cut GETs off mid-download).
+        if self._head_pending and not self.transport.is_closing():
             self._await_head()
 
     def _refuse(self) -> None:
