@@ -105,6 +105,9 @@ def main() -> None:
     import dask
 
     dsk, key = chain(args.n), f"t{args.n - 1}"
+    # The baseline at its best: a first dask.get pays one-off costs (imports, caches), and
+    # a slow baseline made graphchain's cold overhead negative at --smoke sizes (20 tasks).
+    dask.get(dsk, key)
     plain = []
     for _ in range(args.repeat):
         seconds, value = timed(lambda: dask.get(dsk, key))
