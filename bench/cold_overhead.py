@@ -75,7 +75,7 @@ def measure(kind: str, n: int, cache: CacheClient, repeat: int,
     nodes = 0
     with dask.config.set(scheduler="threads"):
         for _ in range(repeat):
-            if kind == "array" or n <= DEFAULT_OPTIMIZE_LIMIT:
+            if kind != "fanin" or n <= DEFAULT_OPTIMIZE_LIMIT:
                 runs["dask"].append(timed(lambda: dask.compute(x)))
             if kind == "fanin":
                 runs["dask_noopt"].append(timed(lambda: dask.compute(x, optimize_graph=False)))
