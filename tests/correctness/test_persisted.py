@@ -10,13 +10,9 @@ in ``reify`` to make a list of the iterator), so a bag misses there, correctly.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.correctness._fresh import ROOT, namespace
+from tests.correctness._fresh import namespace, run_child
 
 pytestmark = pytest.mark.slow  # fresh processes, a LocalCluster
 
@@ -81,15 +77,7 @@ else:
 
 
 def _child(server, ns: str, phase: str, where: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, server.url, ns, phase, where],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, server.url, ns, phase, where)
 
 
 @pytest.mark.parametrize("where", ["threads", "cluster"])

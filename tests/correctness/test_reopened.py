@@ -9,13 +9,9 @@ computation on it already loads what the same computation on the original stored
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
-from tests.correctness._fresh import ROOT, namespace
+from tests.correctness._fresh import namespace, run_child
 
 pytestmark = pytest.mark.slow  # fresh processes
 
@@ -65,15 +61,7 @@ print(json.dumps(out))
 
 
 def _child(server, ns: str, phase: str) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, server.url, ns, phase],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_child(CHILD, server.url, ns, phase)
 
 
 def test_a_reopened_collection_hashes_as_the_task_it_reopens(cache_server):

@@ -1,5 +1,6 @@
 """Fixtures of the server tests.
 
+- ``browser``: Debian's headless chromium through playwright (the dashboard's browser tests).
 - ``client``, ``stats``: an httpx client for the session's cache server process, and its
   statistics now.
 - In process, on the session's real Redis (each with its own key prefix) and a data
@@ -30,6 +31,21 @@ from cache_server.metrics import Metrics
 from cache_server.service.cache import ResultCache
 from cache_server.settings import Settings
 from storage import LocalStorage
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM,
+                                              args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import http.server
-import threading
 import uuid
 from collections.abc import Iterator
 
@@ -17,12 +16,12 @@ import httpx
 import pytest
 
 from client_lib.wire import batch
+from tests._servers import http_server_thread
 from tests.server.wire import encode_pickle, new_hash
 
 pytestmark = pytest.mark.slow
 
 WRITE = "w-" + uuid.uuid4().hex + uuid.uuid4().hex
-CHROMIUM = "/usr/bin/chromium"
 ATTACK = """<!doctype html><html><body>
 <form id="f" method="post" action="{target}/entries/{victim}/delete">
 <input type="hidden" name="csrf" value="0"></form><script>
@@ -36,19 +35,6 @@ Promise.allSettled([
         credentials: "include"}}),
 ]).then(() => {{ document.title = "sent"; document.getElementById("f").submit(); }});
 </script></body></html>"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM,
-                                              args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def attacker_site(html: str) -> Iterator[str]:
@@ -66,14 +52,8 @@ def attacker_site(html: str) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
-    thread = threading.Thread(target=site.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{site.server_address[1]}/"
-    finally:
-        site.shutdown()
-        site.server_close()
+    with http_server_thread(Page) as url:
+        yield f"{url}/"
 
 
 def store(url: str, headers: dict[str, str]) -> str:

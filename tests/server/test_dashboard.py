@@ -17,7 +17,6 @@ from client_lib import cached_compute, last_report, task_hashes
 pytestmark = pytest.mark.slow
 
 READ, WRITE = "dash-read-" + "r" * 32, "dash-write-" + "w" * 32
-CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture(scope="module")
@@ -29,19 +28,6 @@ def server(tmp_path_factory, redis_url) -> Iterator:
                            env={"RESULT_CACHE_TOKENS": f"read:{READ},write:{WRITE}"})
     with running:
         yield running
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM,
-                                              args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 @pytest.fixture
