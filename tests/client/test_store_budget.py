@@ -112,7 +112,9 @@ def test_over_bound_decisions_say_so(cache_server):
 
 
 def block(i: int) -> np.ndarray:
-    time.sleep(0.03)
+    # Well above a 1.5 MiB load at any speed this process learned in earlier tests (at
+    # 0.03 s, loads learned at 47 MB/s on a busy machine left every block unstored).
+    time.sleep(0.1)
     return np.full(3 * 2**16, float(i))  # 1.5 MiB
 
 
