@@ -79,7 +79,7 @@ def maybe_store(spec: StoreSpec, value: Any, seconds: float,
                                              reads=not spec.dep_hashes))
         tally.decided(spec.label, nbytes, decision)
         if decision.store:
-            return _store(spec, _encoded(value, warned), seconds, nbytes, tally)
+            return _store(spec, _encoded(value, warned, nbytes), seconds, nbytes, tally)
     except CacheUnavailable as exc:
         tally.lose(str(exc))
         warn_once(f"result cache: storing results failed; this run stores nothing more: "
@@ -100,7 +100,7 @@ _CHEAP = StoreDecision(False, Reason.CHEAP, "recomputing costs less than any loa
 
 def _candidate(spec: StoreSpec, value: Any, seconds: float, upstream: float,
                nbytes: int) -> Candidate:
-    kind = codec.kind_of(value)
+    kind = codec.kind_of(value, nbytes)
     learned = LOAD_SPEEDS.estimate(kind, nbytes)
     return Candidate(spec.task_hash, spec.label, seconds, upstream, nbytes, spec.is_output,
                      kind, *(learned or (None, 0)))
@@ -178,11 +178,11 @@ def _queue_store(spec: StoreSpec, enc: codec.Encoded, seconds: float, tally: Run
     return True
 
 
-def _encoded(value: Any, warned: tuple[RecordedWarning, ...]) -> codec.Encoded:
-    """What to upload: the value encoded, or the value with its warnings (then always a
-    pickle, labelled with the value's own type)."""
+def _encoded(value: Any, warned: tuple[RecordedWarning, ...], nbytes: int) -> codec.Encoded:
+    """What to upload: the value encoded (``nbytes``: its size, measured once), or the value
+    with its warnings (then always a pickle, labelled with the value's own type)."""
     if not warned:
-        return codec.encode(value)
+        return codec.encode(value, nbytes)
     enc = codec.encode(WarnedValue(value, warned))
     enc.type_name = f"{type(value).__module__}.{type(value).__qualname__}"
     return enc

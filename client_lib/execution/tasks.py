@@ -122,7 +122,7 @@ def load_result(cache: Transport, task_hash: str, label: str, run: str | None = 
         raise CacheEntryUnavailable(task_hash, f"{type(exc).__name__}: {exc}") from None
     # What loading this kind and size takes here, for the auto policy (policy/speeds.py).
     nbytes = sizeof(value)
-    LOAD_SPEEDS.record(codec.kind_of(value), nbytes, time.perf_counter() - start)
+    LOAD_SPEEDS.record(codec.kind_of(value, nbytes), nbytes, time.perf_counter() - start)
     if run is not None:  # what the run read, for its byte bound (client_lib/policy/budget.py)
         TALLIES.of(run).budget.add_read(nbytes)
     value, warned = unwrap(value)

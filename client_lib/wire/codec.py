@@ -67,17 +67,29 @@ def _is_wire_array(value: Any) -> bool:
             and value.dtype.fields is None and value.dtype.subdtype is None)
 
 
-def kind_of(value: Any) -> str:
+def _parquet_sized(value: Any, nbytes: int | None) -> bool:
+    """A frame large enough to try Parquet. ``nbytes``: its size, as the caller already
+    measured it (``dask.sizeof``): a DataFrame's ``memory_usage`` costs ~1 ms, and a
+    store weighed each small frame three times (1.2 s of a 2k-task groupby's 8 s)."""
+    if not is_frame(value):
+        return False
+    return (frame_nbytes(value) if nbytes is None else nbytes) >= _parquet_min_bytes()
+
+
+def kind_of(value: Any, nbytes: int | None = None) -> str:
     """The kind ``encode`` would most likely give ``value``, without encoding it (a frame
-    that Parquet cannot hold exactly is pickled after all)."""
+    that Parquet cannot hold exactly is pickled after all); ``nbytes`` as for encode."""
     if _is_wire_array(value):
         return "ndarray"
-    if is_frame(value) and frame_nbytes(value) >= _parquet_min_bytes():
+    if _parquet_sized(value, nbytes):
         return PARQUET_KIND
     return "pickle"
 
 
-def encode(value: Any) -> Encoded:
+def encode(value: Any, nbytes: int | None = None) -> Encoded:
+    """``value`` as it travels: raw bytes of a plain array, Parquet of a large frame that
+    round-trips exactly, else a pickle. ``nbytes``: the value's size if the caller has it
+    (a hint: only whether a frame is worth trying as Parquet depends on it)."""
     type_name = f"{type(value).__module__}.{type(value).__qualname__}"
     if _is_wire_array(value):
         # (np.ascontiguousarray would turn a 0-d array into a 1-d one)
@@ -85,8 +97,7 @@ def encode(value: Any) -> Encoded:
         body = memoryview(arr.reshape(-1).view(np.uint8))
         dtype, shape = arr.dtype.str, json.dumps(list(arr.shape), separators=(",", ":"))
         kind = "ndarray"
-    elif is_frame(value) and frame_nbytes(value) >= _parquet_min_bytes() and (
-            parquet := encode_frame(value)) is not None:
+    elif _parquet_sized(value, nbytes) and (parquet := encode_frame(value)) is not None:
         body = memoryview(parquet)
         kind, dtype, shape = PARQUET_KIND, "", ""
     else:
