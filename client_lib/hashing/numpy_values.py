@@ -69,7 +69,29 @@ def _value_bytes(data: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``data`` (the uint8 view of a C-contiguous array of ``dtype``) without padding."""
     if _X87 and dtype.type in (np.longdouble, np.clongdouble) and dtype.isnative:
         return np.ascontiguousarray(data.reshape(-1, _LONG)[:, :10]).reshape(-1)
+    if dtype.fields is not None and dtype.itemsize:
+        used = _used_bytes(dtype)
+        if not used.all():  # gaps numpy may leave uninitialised (x[["col1"]] keeps col2's)
+            return np.ascontiguousarray(data.reshape(-1, dtype.itemsize)[:, used]).reshape(-1)
     return data
+
+
+def _used_bytes(dtype: np.dtype) -> np.ndarray:
+    """Which bytes of one item of ``dtype`` hold a value (its fields' bytes, recursively;
+    not the gaps between them, alignment, or an x87 long double's padding)."""
+    if dtype.fields is not None:
+        used = np.zeros(dtype.itemsize, dtype=bool)
+        for field in dtype.fields.values():
+            inner, offset = field[0], field[1]
+            used[offset:offset + inner.itemsize] |= _used_bytes(inner)
+        return used
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.tile(_used_bytes(base), int(np.prod(shape)))
+    used = np.ones(dtype.itemsize, dtype=bool)
+    if _X87 and dtype.type in (np.longdouble, np.clongdouble) and dtype.isnative:
+        used.reshape(-1, _LONG)[:, 10:] = False
+    return used
 
 
 def encode_elements(enc: Encoder, arr: np.ndarray) -> None:

@@ -137,6 +137,32 @@ def test_long_doubles_hash_by_their_value_not_their_padding():
         assert value_digest(clean) != value_digest(clean + 1)
 
 
+def test_structured_arrays_hash_by_their_fields_not_the_bytes_between_them():
+    """The oracle campaign's ``test_field_access_with_shape``: ``x[["col1"]]`` keeps the
+    whole item with col2's place as padding, and a copy numpy makes of such an array leaves
+    it uninitialised, so the hash changed in every process. Gaps, aligned padding and x87
+    long doubles inside fields are left out; every field's bytes count."""
+    dtype = np.dtype([("col1", "f4", (3, 2)), ("col2", "f4", 3)])
+    data = np.ones(4, dtype=dtype)
+    data["col2"] = np.arange(12).reshape(4, 3)
+    clean = data[["col1"]]  # itemsize 36, col1 in bytes 0-23
+    dirty = np.empty_like(clean)
+    dirty.view(np.uint8)[:] = 0xAB
+    dirty["col1"] = clean["col1"]
+    assert dirty.dtype == clean.dtype and np.array_equal(clean, dirty)
+    assert value_digest(clean) == value_digest(dirty)
+    assert value_digest(clean[1]) == value_digest(dirty[1])
+    changed = clean.copy()
+    changed["col1"][0, 0, 0] = 2
+    assert value_digest(clean) != value_digest(changed)
+    aligned = np.dtype([("a", "u1"), ("b", "f8"), ("c", np.longdouble)], align=True)
+    one, two = np.zeros(3, aligned), np.empty(3, aligned)
+    two.view(np.uint8)[:] = 0xCD
+    two["a"], two["b"], two["c"] = 0, 0, 0
+    assert value_digest(one) == value_digest(two)
+    assert value_digest(data) != value_digest(data[["col1", "col2"]][["col2", "col1"]])
+
+
 _HALF_IMPORTED_PANDAS = """
 import importlib.util, sys, types
 from client_lib.hashing.pandas_values import options_in_effect
