@@ -76,9 +76,6 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._tail = b""  # the last bytes seen, for an end of head split across reads
         self._zero_copy: ZeroCopySender | None = None
         self._head_timer: asyncio.TimerHandle | None = None
-        # The next head is due once the response to the last request is sent (a slow
-        # handler or a slowly read download is no stalled head).
-        self._head_pending = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -107,6 +104,9 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _await_head(self) -> None:
         """A request head is due within ``head_timeout``."""
+        if self.transport.is_closing():
+            return
+        self._head_arrived()  # one timer at a time
         self._registry.in_head[self] = None
         self._head_timer = self.loop.call_later(self.head_timeout, self._head_too_slow)
 
@@ -142,20 +142,24 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_bytes = None
-        self._head_pending = False
         self._head_arrived()
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._head_bytes, self._tail = 0, b""  # a pipelined request may follow
-        self._head_pending = True
+        self._await_head_when_idle()  # (a request answered before its body ended)
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        # Not from the end of the request: the timer would close a connection whose
-        # response takes longer than head_timeout (it cut GETs off mid-download).
-        if self._head_pending and not self.transport.is_closing():
+        super().on_response_complete()  # starts a pipelined request, if one is waiting
+        self._await_head_when_idle()
+
+    def _await_head_when_idle(self) -> None:
+        """The next head is due once no request is in flight: ``self.cycle`` is the latest
+        request's, so while it has not been answered, the connection is busy. Timed from
+        the end of a request, a slow handler, a download read slowly, or a request sent
+        before the previous response was marked complete was cut off mid-body."""
+        if self.cycle is None or self.cycle.response_complete:
             self._await_head()
 
     def _refuse(self) -> None:
