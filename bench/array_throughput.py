@@ -15,7 +15,8 @@ each size:
 - direct read (``direct-read: auto``: the chunk files read in place, verified), target
   >= 0.8x.
 
-Each store writes a new entry (deleted after it is timed, so the next one writes again);
+Each store writes a new entry and a new object (one element changed: the same bytes again
+would be deduplicated, the body checked and dropped), deleted after the next store;
 loads are hot (after one untimed load). The shared disk's speed swings within minutes, so
 each timed store follows a timed ``np.save`` + fsync, and each timed load a hot ``np.load``
 (``_baseline.RawDisk``): every ratio compares medians of neighbouring runs. The server's CPU
@@ -80,6 +81,9 @@ def measure_stores(client: CacheClient, value: np.ndarray, meter: Meter, raw: Ra
                    repeat: int) -> tuple[list[float], list[float]]:
     """(store seconds, the np.save + fsync seconds right before each)."""
     def store() -> None:
+        # A new object each time: the same bytes under a new task hash would be a
+        # deduplicated store (the body checked, then dropped for the object kept).
+        value.flat[0] = len(stored) + 0.5
         task_hash = uuid.uuid4().hex
         if not client.put(task_hash, value, 1.0, "array-throughput"):
             raise RuntimeError("the server did not store the array")
