@@ -29,6 +29,7 @@ import resource
 from typing import Any
 
 from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
@@ -144,6 +145,20 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = None
         self._head_arrived()
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        # uvicorn appends every chunk to a bytearray and hands the app bytes() of it: two
+        # copies of an upload on the event loop. A chunk that arrives with nothing else
+        # waiting is kept as it is (bytes() of a bytes object is that object).
+        cycle = self.cycle
+        if (cycle is None or cycle.body or cycle.response_complete
+                or self.parser.should_upgrade()):
+            super().on_body(body)
+            return
+        cycle.body = body
+        if len(body) > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        cycle.message_event.set()
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
