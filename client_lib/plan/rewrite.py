@@ -21,7 +21,6 @@ from ..execution.tasks import load_result, run_and_store, run_group
 from ..hashing import GraphHashes
 from ..policy.costs import expected_seconds
 from ..policy.expiry import default_ttl, parse_ttl
-from ..policy.modes import Policy
 from .materialize import Materialized
 
 __all__ = ["Rewritten", "cacheable_keys", "rewrite"]
@@ -77,22 +76,32 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
             overwrite: Set[str] = frozenset()) -> Rewritten:
     """Walk back from the outputs; a cacheable key whose hash is in ``hits`` becomes a
     load under the same key and its dependencies are not visited (culled). ``order`` is
-    the graph's dependency order (from :func:`~client_lib.plan.materialize.toposort`). Computed
-    tasks whose hash is in ``overwrite`` (``refresh``) are stored whatever the policy
-    says, replacing their entries. A ``cache_ttl`` annotation (or config
-    ``result-cache.ttl``) sets the lifetime of what a task stores."""
+    the graph's dependency order (from :func:`~client_lib.plan.materialize.toposort`:
+    exactly the keys the outputs reach, so a run without hits keeps all of it and skips
+    the walk). Then one pass in ``order`` decides what may be stored (:func:`_decide`).
+    Computed tasks whose hash is in ``overwrite`` (``refresh``) are stored whatever the
+    policy says, replacing their entries."""
     graph = m.graph
-    outputs = _output_tasks(graph, m.keys)
-    task_hashes = hashes.hashes
-    labels = hashes.labels
-    cost_keys = hashes.cost_keys
-    policy = run.policy
-    ttl_default = default_ttl()
-    ttl_annotated = bool(m.annotations.get("cache_ttl"))
+    if hits:
+        kept, loaded_keys = _walk_back(m, cacheable, hits, hashes.labels, run)
+    else:
+        kept, loaded_keys = {key: graph[key] for key in order}, []
+    loaded = set(loaded_keys)
+    specs, computed_keys, unwrapped = _decide(m, kept, loaded, order, hashes, cacheable,
+                                              run, overwrite)
+    executable = _pack(kept, specs, order, m.origin, loaded)
+    culled = max(len(order) - len(kept), 0)
+    return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
+                     loaded_keys, computed_keys, specs, unwrapped)
+
+
+def _walk_back(m: Materialized, cacheable: dict[Key, str], hits: set[str],
+               labels: dict[Key, str], run: StoreRun) -> tuple[dict[Key, GraphNode],
+                                                               list[Key]]:
+    """The nodes that run (hits replaced by loads) and the keys that became loads."""
+    graph = m.graph
     kept: dict[Key, GraphNode] = {}
-    specs: dict[Key, StoreSpec] = {}
     loaded_keys: list[Key] = []
-    computed_keys: list[Key] = []
     stack = list(m.keys)
     while stack:
         key = stack.pop()
@@ -106,80 +115,92 @@ def rewrite(m: Materialized, order: list[Key], hashes: GraphHashes,
             loaded_keys.append(key)
             continue
         kept[key] = node
-        if isinstance(node, Task):
-            computed_keys.append(key)
-            replace = task_hash in overwrite
-            if (task_hash is not None and not _trivial(node)
-                    and (replace or policy.wraps(key in outputs))):
-                ttl = m.annotation("cache_ttl", key) if ttl_annotated else None
-                ttl = ttl_default if ttl is None else parse_ttl(ttl)
-                specs[key] = StoreSpec(run, task_hash, labels.get(key, ""), key in outputs,
-                                       (), ttl, replace, cost_key=cost_keys.get(key, ""))
         stack.extend(node.dependencies)
-    unwrapped = _link_upstream(specs, kept, loaded_keys, task_hashes, order, policy)
-    executable = _pack(kept, specs, order, m.origin, set(loaded_keys))
-    culled = max(len(order) - len(kept), 0)
-    return Rewritten(executable, len(loaded_keys), culled, len(specs), len(computed_keys),
-                     loaded_keys, computed_keys, specs, unwrapped)
+    return kept, loaded_keys
 
 
-def _link_upstream(specs: dict[Key, StoreSpec], kept: dict[Key, GraphNode],
-                   loaded_keys: list[Key], task_hashes: dict[Key, str],
-                   order: list[Key], policy: Policy) -> int:
-    """Set each store spec's ``dep_hashes``: the nearest tasks upstream that record what
-    they cost and raised (stored candidates and loads), looking through the tasks that
-    do not (a trivial ``getitem``, a pinned or volatile task, an unwrapped one). Returns
-    how many tasks it unwrapped.
+def _decide(m: Materialized, kept: dict[Key, GraphNode], loaded: set[Key],
+            order: list[Key], hashes: GraphHashes, cacheable: dict[Key, str],
+            run: StoreRun, overwrite: Set[str]) -> tuple[dict[Key, StoreSpec], list[Key],
+                                                         int]:
+    """One pass in dependency order over the kept tasks: which may be stored (a store
+    spec, with its upstream ``dep_hashes``), which run, and how many cheap ones were left
+    unwrapped. Returns (specs, computed keys, unwrapped).
 
-    And unwrap what the policy could not store: a task that is not an output and whose
-    expected chain (its function's cost here plus its most expensive upstream chain,
-    client_lib/policy/costs.py) no result could be stored for loses its spec, except the first
-    ``_WRAP_FIRST`` tasks of its function in this run and one in ``_WRAP_EVERY`` after
-    (they keep the function's cost measured). A small graph is unchanged; a wide graph of
-    cheap tasks runs them as Dask would, without a store wrapper per task."""
-    loaded = set(loaded_keys)
+    A spec's ``dep_hashes`` are the nearest tasks upstream that record what they cost and
+    raised (stored candidates and loads), looking through the tasks that do not (a
+    trivial ``getitem``, a pinned or volatile task, an unwrapped one). A task that is not
+    an output and whose expected chain (its function's cost here plus its most expensive
+    upstream chain, client_lib/policy/costs.py) no result could be stored for gets no
+    spec, except the first ``_WRAP_FIRST`` tasks of its function in this run and one in
+    ``_WRAP_EVERY`` after (they keep the function's cost measured): a small graph is
+    unchanged, a wide graph of cheap tasks runs as Dask would run it. A ``cache_ttl``
+    annotation (or config ``result-cache.ttl``) sets the lifetime of what a task stores."""
+    graph_outputs = _output_tasks(m.graph, m.keys)
+    task_hashes, labels, cost_keys = hashes.hashes, hashes.labels, hashes.cost_keys
+    policy = run.policy
+    ttl_default = default_ttl()
+    ttl_annotated = bool(m.annotations.get("cache_ttl"))
+    specs: dict[Key, StoreSpec] = {}
+    computed_keys: list[Key] = []
     sources: dict[Key, tuple[str, ...]] = {}
     chains: dict[Key, float] = {}  # key -> expected seconds of its chain; inf: unknown
     seen: dict[str, int] = {}  # cost key -> cheap tasks of it met so far
     unwrapped = 0
     for key in order:  # dependencies first
-        if key not in kept:
+        node = kept.get(key)
+        if node is None:
             continue
         if key in loaded:
             sources[key] = (task_hashes[key],)
             chains[key] = 0.0
             continue
-        node = kept[key]
         deps = node.dependencies
         upstream = tuple(dict.fromkeys(h for d in deps for h in sources.get(d, ())))[
             :_MAX_UPSTREAM] if deps else ()
         chain = max(chains.get(d, _UNKNOWN) for d in deps) if deps else 0.0
-        spec = specs.get(key)
-        if spec is not None:
-            own = expected_seconds(spec.cost_key)
-            chain += _UNKNOWN if own is None else own
-            if (chain < _UNKNOWN and not spec.is_output and not spec.overwrite
-                    and not policy.may_store(chain, False)):
-                n = seen[spec.cost_key] = seen.get(spec.cost_key, 0) + 1
-                if n > _WRAP_FIRST and n % _WRAP_EVERY:
-                    del specs[key]
-                    spec = None
-                    unwrapped += 1
-        elif isinstance(node, Task) and not _trivial(node):
-            chain = _UNKNOWN  # not measured here (pinned, volatile, not a candidate)
+        spec = None
+        if isinstance(node, Task):
+            computed_keys.append(key)
+            task_hash = cacheable.get(key)
+            is_output = key in graph_outputs
+            replace = task_hash is not None and task_hash in overwrite
+            if _trivial(node):
+                pass  # looked through: its chain is its upstream's
+            elif task_hash is None or not (replace or policy.wraps(is_output)):
+                chain = _UNKNOWN  # not measured here (pinned, volatile, not a candidate)
+            else:
+                cost_key = cost_keys.get(key, "")
+                own = expected_seconds(cost_key)
+                chain += _UNKNOWN if own is None else own
+                wrap = True
+                if (chain < _UNKNOWN and not is_output and not replace
+                        and not policy.may_store(chain, False)):
+                    n = seen[cost_key] = seen.get(cost_key, 0) + 1
+                    if n > _WRAP_FIRST and n % _WRAP_EVERY:
+                        wrap = False
+                        unwrapped += 1
+                if wrap:
+                    ttl = m.annotation("cache_ttl", key) if ttl_annotated else None
+                    ttl = ttl_default if ttl is None else parse_ttl(ttl)
+                    spec = StoreSpec(run, task_hash, labels.get(key, ""), is_output, (),
+                                     ttl, replace, cost_key=cost_key)
         chains[key] = chain
         if spec is not None:
             spec.dep_hashes = upstream
+            specs[key] = spec
             sources[key] = (spec.task_hash,)
         else:
             sources[key] = upstream
-    return unwrapped
+    return specs, computed_keys, unwrapped
 
 
 def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[Key],
           origin: dict[Key, Key], loads: set[Key]) -> dict[Key, GraphNode]:
     """Regroup kept operations by the fused task they came from; wrap stored singles.
     Loads stay tasks of their own (their results are what a failed load names)."""
+    if not origin:  # nothing was fused: every operation is a task of its own
+        return {key: _single(key, kept[key], specs.get(key)) for key in order if key in kept}
     groups: dict[Key, list[Key]] = {}
     for key in order:  # dependency order, so every group's members are ordered too
         if key in loads:
@@ -201,10 +222,13 @@ def _pack(kept: dict[Key, GraphNode], specs: dict[Key, StoreSpec], order: list[K
                                 *(TaskRef(d) for d in external))
             continue
         for key in members:
-            node = kept[key]
-            spec = specs.get(key)
-            if spec is not None and isinstance(node, Task):
-                kwargs = Dict(node.kwargs) if node.kwargs else None
-                node = Task(key, run_and_store, spec, node.func, kwargs, *node.args)
-            result[key] = node
+            result[key] = _single(key, kept[key], specs.get(key))
     return result
+
+
+def _single(key: Key, node: GraphNode, spec: StoreSpec | None) -> GraphNode:
+    """An operation that runs as a task of its own: wrapped if it may be stored."""
+    if spec is not None and isinstance(node, Task):
+        kwargs = Dict(node.kwargs) if node.kwargs else None
+        return Task(key, run_and_store, spec, node.func, kwargs, *node.args)
+    return node
