@@ -38,7 +38,8 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
     pinned = set(barriers)
     effects: set[Key] = set()
     scratch: set[Key] = set()
-    decided: dict[int, bool] = {}  # by id of a function in the graph
+    # By id of a function in the graph: (it, its side effect, always runs, makes scratch).
+    by_function: dict[int, tuple[Any, bool, bool, bool]] = {}
     for key in order:
         node = graph[key]
         deps = node.dependencies
@@ -50,19 +51,21 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
                 not isinstance(node, Task) or isinstance(node, NestedContainer)):
             if effects and deps & effects:  # a container of side effects' results
                 effects.add(key)
-        elif effects and deps & effects or kinds.side_effect(node.func, node.args,
-                                                             node.kwargs):
-            effects.add(key)
-            target = _target_key(node, kinds)
-            if target is not None:
-                pinned.add(target)
         else:
-            effect = decided.get(id(node.func))
-            if effect is None:
-                effect = decided[id(node.func)] = _has_side_effects(node.func)
-            if effect:
+            func = node.func
+            kind = by_function.get(id(func))
+            if kind is None or kind[0] is not func:
+                kind = by_function[id(func)] = (func, kinds.side_effect(func),
+                                                _has_side_effects(func), kinds.scratch(func))
+            if effects and deps & effects or kind[1] or kinds.writes_in_arguments(
+                    node.args, node.kwargs):
+                effects.add(key)
+                target = _target_key(node, kinds)
+                if target is not None:
+                    pinned.add(target)
+            elif kind[2]:
                 pinned.add(key)
-            elif kinds.scratch(node.func):
+            elif kind[3]:
                 scratch.add(key)
     return pinned | effects | _scratch_regions(graph, order, scratch)
 

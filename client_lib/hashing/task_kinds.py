@@ -225,8 +225,13 @@ class TaskKinds:
 
     def side_effect(self, func: Any, args: tuple = (), kwargs: dict | None = None) -> bool:
         """Whether a task calling ``func(*args, **kwargs)`` exists for a side effect."""
-        if self._cached("effect", func, self._writes):
-            return True
+        return self._cached("effect", func, self._writes) or self.writes_in_arguments(
+            args, kwargs)
+
+    @staticmethod
+    def writes_in_arguments(args: tuple, kwargs: dict | None) -> bool:
+        """Whether an argument (or an item of a list or tuple argument) is a file opened
+        for writing: the task's side effect, whatever its function."""
         for v in args:
             if type(v) not in _PLAIN and _writes_a_file_in(v):
                 return True
