@@ -192,3 +192,23 @@ def test_a_run_summary_too_large_for_the_server_sends_counts_by_label() -> None:
                        labels=dict.fromkeys(large, "step"))
     assert "task_list" not in body and body["by_label"] == {"step": {"volatile": 1500}}
     assert len(str(body)) < MAX_RUN_BYTES
+
+
+def _nap(i: int) -> int:
+    import time
+
+    time.sleep(0.005)
+    return i
+
+
+def test_small_results_finished_close_together_share_a_store_request() -> None:
+    # Each stored batch costs the server a group commit and an index transaction: results
+    # that finish within the writer's linger go in one request, and the run's end does not
+    # wait the linger out.
+    cache = FakeCache()
+    parts = [dask.delayed(_nap, pure=True)(i, dask_key_name=f"nap-{i}") for i in range(12)]
+    total = dask.delayed(sum, pure=True)(parts, dask_key_name="total")
+    assert cached_compute(total, cache=cache, namespace=uuid.uuid4().hex, policy="all",
+                          scheduler="threads") == (66,)
+    assert last_report().stored == 13 and len(cache.objects) == 13
+    assert cache.calls["put_many"] <= 3, cache.calls
