@@ -229,10 +229,11 @@ class DirectoryStore(SidecarEdits, ObjectStore):
         results: list[PutResult | Exception | None] = [None] * len(items)
         written: list[tuple[int, Path, Sidecar]] = []
         existing: list[int] = []
+        digests: set[str] = set()  # of the objects this batch writes
         try:
             for i, item in enumerate(items):
                 try:
-                    if self._write_batch_item(item, written, i):
+                    if self._write_batch_item(item, written, i, digests):
                         existing.append(i)
                 except StorageError as exc:
                     results[i] = exc
@@ -257,15 +258,16 @@ class DirectoryStore(SidecarEdits, ObjectStore):
                 remove_dir(temp)
         return [r for r in results if r is not None]
 
-    def _write_batch_item(self, item: BatchItem, written: list, i: int) -> bool:
+    def _write_batch_item(self, item: BatchItem, written: list, i: int,
+                          digests: set[str]) -> bool:
         """Write one item of :meth:`put_batch` under ``.tmp`` (not yet durable); True if
         its object exists already (its body is still verified)."""
         if not self.accepts(item.header) or not is_digest(item.digest):
             raise InvalidHeader(f"{self.name} store cannot hold {item.header} {item.digest!r}")
         body = BodyCheck(item.header, item.digest)
         view = body.feed(item.body)
-        if self.object_path(item.digest).is_dir():
-            body.verify()
+        if item.digest in digests or self.object_path(item.digest).is_dir():
+            body.verify()  # written by this batch already, or stored: it adds its task
             return True
         temp = new_temp_dir(self.root, "put")
         try:
@@ -287,39 +289,42 @@ class DirectoryStore(SidecarEdits, ObjectStore):
             remove_dir(temp)
             raise
         written.append((i, temp, sidecar))
+        digests.add(item.digest)
         return False
 
     def _add_tasks_locked(self, items: list[BatchItem],
                           renamed_in: set[Path]) -> list[tuple[int, Sidecar]]:
         """``add_task`` for many items with one group commit (caller holds the lock):
-        new sidecars are written beside the old ones, made durable at once, then renamed
-        over them (their directories join ``renamed_in``: the caller makes the renames
-        durable). Per item its position in ``items`` and its sidecar now."""
-        done: list[tuple[int, Sidecar]] = []
-        pending: dict[str, tuple[Sidecar, Path]] = {}  # digest -> new sidecar, its temp
-        for i, item in enumerate(items):
-            sidecar = pending[item.digest][0] if item.digest in pending else self.sidecar(
-                item.digest)
-            if item.task.task_hash not in sidecar.tasks:
-                sidecar = sidecar.with_task(item.task)
-                temp = self.object_path(item.digest) / f".{SIDECAR_NAME}.{uuid.uuid4().hex}"
-                temp.write_bytes(sidecar.dumps())
-                if item.digest in pending:
-                    pending[item.digest][1].unlink()
-                pending[item.digest] = (sidecar, temp)
-            done.append((i, sidecar))
-        if pending:
-            try:
-                durable_batch(self.root, [temp for _, temp in pending.values()])
-                for digest, (_, temp) in pending.items():
+        each object that gains tasks gets one new sidecar, written beside the old one,
+        made durable with the others at once, then renamed over it (its directory joins
+        ``renamed_in``: the caller makes the renames durable). One sidecar per object, not
+        per item: many tasks of a batch that share a value (``None``, ``0``) rewrote a
+        growing sidecar once each, quadratic in the tasks. Per item its position in
+        ``items`` and its sidecar now."""
+        sidecars: dict[str, Sidecar] = {}  # digest -> its sidecar as stored
+        new: dict[str, list[TaskReference]] = {}  # digest -> tasks it gains
+        for item in items:
+            if item.digest not in sidecars:
+                sidecars[item.digest] = self.sidecar(item.digest)
+            if item.task.task_hash not in sidecars[item.digest].tasks:
+                new.setdefault(item.digest, []).append(item.task)
+        temps: dict[str, Path] = {}
+        try:
+            for digest, tasks in new.items():
+                sidecars[digest] = sidecars[digest].with_tasks(tasks)
+                temp = self.object_path(digest) / f".{SIDECAR_NAME}.{uuid.uuid4().hex}"
+                temps[digest] = temp
+                temp.write_bytes(sidecars[digest].dumps())
+            if temps:
+                durable_batch(self.root, list(temps.values()))
+                for digest, temp in temps.items():
                     os.replace(temp, self.object_path(digest) / SIDECAR_NAME)
                     renamed_in.add(self.object_path(digest))
-            except BaseException:
-                for _, temp in pending.values():
-                    temp.unlink(missing_ok=True)
-                raise
-        latest = {digest: sidecar for digest, (sidecar, _) in pending.items()}
-        return [(i, latest.get(items[i].digest, sidecar)) for i, sidecar in done]
+        except BaseException:
+            for temp in temps.values():
+                temp.unlink(missing_ok=True)
+            raise
+        return [(i, sidecars[item.digest]) for i, item in enumerate(items)]
 
     def open_reader(self, digest: str) -> ObjectReader:
         sidecar = self.sidecar(digest)

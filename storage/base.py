@@ -99,9 +99,14 @@ class Sidecar:
     tasks: Mapping[str, TaskReference] = field(default_factory=dict)
 
     def with_task(self, task: TaskReference) -> Sidecar:
-        tasks = dict(self.tasks)
-        tasks.setdefault(task.task_hash, task)
-        return _replace_tasks(self, tasks)
+        return self.with_tasks([task])
+
+    def with_tasks(self, tasks: Iterable[TaskReference]) -> Sidecar:
+        """This sidecar with ``tasks`` added (those it lists already are kept as they are)."""
+        listed = dict(self.tasks)
+        for task in tasks:
+            listed.setdefault(task.task_hash, task)
+        return _replace_tasks(self, listed)
 
     def without_task(self, task_hash: str) -> Sidecar:
         tasks = {h: t for h, t in self.tasks.items() if h != task_hash}

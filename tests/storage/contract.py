@@ -260,6 +260,20 @@ class StoreContract:
             assert task(i + 1).task_hash in store.sidecar(encoded.digest).tasks
         assert self.files(store).leftovers() == []
 
+    def test_put_batch_of_one_value_lists_every_task(self, store: ObjectStore) -> None:
+        # Many tasks share a value (None, 0): one object, every task in its sidecar, in the
+        # batch that creates it and in the next.
+        encoded = self.samples(store)[-1]
+        for first in (1, 201):
+            items = [BatchItem(encoded.header, encoded.body, encoded.digest, task(n))
+                     for n in range(first, first + 200)]
+            results = store.put_batch(items)
+            assert all(isinstance(r, PutResult) for r in results), results
+            assert [r.created for r in results].count(True) == (first == 1)
+        assert set(store.sidecar(encoded.digest).tasks) == {task(n).task_hash
+                                                           for n in range(1, 401)}
+        assert self.files(store).leftovers() == []
+
     def test_array_view_of_stored_array(self, store: ObjectStore) -> None:
         value = np.arange(12, dtype="<i4").reshape(3, 4)
         encoded = encode_array(value)
