@@ -12,7 +12,7 @@ process against what Dask's own materialised graph takes, on the delayed fan-in 
 - per phase (``tracemalloc``, a pass like ``bench/profile_phases.py`` up to the run, whose
   extra is Dask's scheduler): what each phase still holds when it ends, and its peak.
 
-Peaks are resident memory (``ru_maxrss`` above the RSS after building: tracemalloc slows
+Peaks are resident memory (``VmHWM``, reset after building, above the RSS then: tracemalloc slows
 Dask's scheduler ~5x, too slow at 1M tasks); the graph is measured both ways. Target (issue
 17): the cache's bytes per task <= 2x the graph's (``added_vs_graph``); ``peak_vs_graph``
 (everything above the graph, Dask's scheduler included) is reported beside it.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 import tracemalloc
@@ -44,6 +43,23 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _reset_peak() -> None:
+    """Start the peak (``VmHWM``) over from the RSS now: ``ru_maxrss`` is the process's
+    whole life, so the warm-up's and the imports' peaks showed through (at 2000 tasks
+    they swung the figure by more than the graph itself, below zero too)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak() -> int:
+    """The peak resident bytes since :func:`_reset_peak`."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def _child(mode: str, n: int, url: str) -> dict:
     import dask
 
@@ -60,6 +76,8 @@ def _child(mode: str, n: int, url: str) -> dict:
     x.__dask_graph__()  # materialised already; asked for as dask.compute would
     built = tracemalloc.get_traced_memory()[0] if mode == "phases" else _rss()
     out: dict = {"tasks": n, "graph_bytes": built - before}
+    if mode != "phases":
+        _reset_peak()
     start = time.perf_counter()
     if mode == "dask":
         dask.compute(x, optimize_graph=False, scheduler="threads")
@@ -67,8 +85,8 @@ def _child(mode: str, n: int, url: str) -> dict:
         cached_compute(x, cache=cache, namespace=uuid.uuid4().hex, scheduler="threads")
     else:
         out["phases"] = _phases(x, cache, built)
-    if mode != "phases":  # ru_maxrss: KiB on Linux
-        out["peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - built
+    if mode != "phases":
+        out["peak_bytes"] = _peak() - built
     out["seconds"] = time.perf_counter() - start
     return out
 
@@ -112,7 +130,7 @@ def main() -> None:
         print(json.dumps(_child(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
         return
     args = parse_args(__doc__.split("\n\n")[0], repeat=1, extra=_options)
-    sizes = [2000] if args.smoke else [int(s) for s in args.sizes.split(",")]
+    sizes = [10000] if args.smoke else [int(s) for s in args.sizes.split(",")]
     ratios, details = [], {}
     with cache_server() as server:
         for n in sizes:
