@@ -14,7 +14,8 @@ process against what Dask's own materialised graph takes, on the delayed fan-in 
 
 Peaks are resident memory (``VmHWM``, reset after building, above the RSS then: tracemalloc slows
 Dask's scheduler ~5x, too slow at 1M tasks); the graph is measured both ways. Target (issue
-17): the cache's bytes per task <= 2x the graph's (``added_vs_graph``); ``peak_vs_graph``
+17): the cache's bytes per task <= 2x the graph's (``added_vs_graph``; an excess below
+zero, the two processes' allocator noise, counts as none); ``peak_vs_graph``
 (everything above the graph, Dask's scheduler included) is reported beside it.
 
     python bench/memory_per_task.py [--sizes 100000] [--sizes 1000000] [--smoke]
@@ -149,7 +150,11 @@ def main() -> None:
                 print(f"   {phase:12s} held at its end {figures['held'] / n:7.0f} B/task, "
                       f"peak {figures['peak'] / n:7.0f} B/task (traced)")
             details[f"fanin[{n}]"] = runs
-            ratios.append(Ratio(f"added_vs_graph[{n}]", added / graph, 2.0,
+            # Two processes' peaks differ by a few MB of allocator noise: at 10k tasks under
+            # load the cache's run peaked below Dask's once (-91 B/task). The cache adds to
+            # Dask's run, never takes from it, so an excess below zero counts as none (the
+            # raw figure stays in the note and the JSON).
+            ratios.append(Ratio(f"added_vs_graph[{n}]", max(added, 0.0) / graph, 2.0,
                                 note=f"{added:.0f} vs {graph:.0f} B/task"))
             ratios.append(Ratio(f"peak_vs_graph[{n}]", ours / graph, None,
                                 note=f"dask.compute's alone {dask_peak / graph:.2f}x"))
