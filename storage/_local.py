@@ -133,6 +133,9 @@ class LocalStorage(ObjectStore):
     def add_task(self, digest: str, task: TaskReference) -> Sidecar:
         return self._holder(digest).add_task(digest, task)
 
+    def add_tasks(self, digest: str, tasks: Sequence[TaskReference]) -> Sidecar:
+        return self._holder(digest).add_tasks(digest, tasks)
+
     def remove_task(self, digest: str, task_hash: str) -> Sidecar:
         return self._holder(digest).remove_task(digest, task_hash)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from abc import abstractmethod
+from collections.abc import Sequence
 
 from storage.base import Sidecar, TaskReference
 from storage.errors import CorruptObject
@@ -39,6 +40,12 @@ class SidecarEdits:
     def add_task(self, digest: str, task: TaskReference) -> Sidecar:
         with self._lock:
             return self._add_task_locked(digest, task)
+
+    def add_tasks(self, digest: str, tasks: Sequence[TaskReference]) -> Sidecar:
+        with self._lock:
+            sidecar = self.sidecar(digest)
+            new = [task for task in tasks if task.task_hash not in sidecar.tasks]
+            return self._rewrite(sidecar.with_tasks(new)) if new else sidecar
 
     def remove_task(self, digest: str, task_hash: str) -> Sidecar:
         with self._lock:

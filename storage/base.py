@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from storage.errors import ObjectNotFound, StagingUnsupported, StorageError
-from storage.header import OPAQUE_KINDS, ObjectHeader
+from storage.errors import DigestMismatch, ObjectNotFound, StagingUnsupported, StorageError
+from storage.header import OPAQUE_KINDS, ObjectHeader, content_digest
 
 __all__ = [
     "BatchItem",
@@ -380,16 +380,36 @@ class ObjectStore(ABC):
         """Store many small objects; per item its :class:`PutResult` or the error
         (:class:`~storage.errors.StorageError`) that kept it out, which stores nothing for
         that item only. Each item obeys ``put``'s contract. This default puts them one by
-        one; backends that can make a whole batch durable at once (one group commit)
-        override it."""
-        results: list[PutResult | Exception] = []
-        for item in items:
+        one, except that the later items of a digest the batch stored already only have
+        their bodies checked and their tasks added in one sidecar rewrite (one per item
+        was quadratic in the tasks of a value many share); backends that can make a whole
+        batch durable at once (one group commit) override it."""
+        results: list[PutResult | Exception | None] = [None] * len(items)
+        stored: set[str] = set()
+        later: dict[str, list[int]] = {}  # digest -> positions of its later items
+        for i, item in enumerate(items):
+            if item.digest in stored:  # the same bytes, or refused like put refuses them
+                actual = content_digest(item.header, item.body)
+                if actual == item.digest:
+                    later.setdefault(item.digest, []).append(i)
+                else:
+                    results[i] = DigestMismatch(item.digest, actual)
+                continue
             try:
-                results.append(self.put(item.header, [item.body], digest=item.digest,
-                                        task=item.task, type_name=item.type_name))
+                results[i] = self.put(item.header, [item.body], digest=item.digest,
+                                      task=item.task, type_name=item.type_name)
+                stored.add(item.digest)
             except StorageError as exc:
-                results.append(exc)
-        return results
+                results[i] = exc
+        for digest, positions in later.items():
+            try:
+                sidecar = self.add_tasks(digest, [items[i].task for i in positions])
+                outcome: PutResult | Exception = PutResult(sidecar, created=False)
+            except StorageError as exc:
+                outcome = exc
+            for i in positions:
+                results[i] = outcome
+        return [r for r in results if r is not None]
 
     def staging(self, header: ObjectHeader) -> Staging:
         """A new place where a writer that sees this storage stages an object with this
@@ -453,6 +473,14 @@ class ObjectStore(ABC):
     @abstractmethod
     def add_task(self, digest: str, task: TaskReference) -> Sidecar:
         """Record one more task hash in the object's sidecar (durably)."""
+
+    def add_tasks(self, digest: str, tasks: Sequence[TaskReference]) -> Sidecar:
+        """:meth:`add_task` for several tasks (durably); backends that rewrite a sidecar
+        whole do it once."""
+        sidecar = self.sidecar(digest)
+        for task in tasks:
+            sidecar = self.add_task(digest, task)
+        return sidecar
 
     @abstractmethod
     def remove_task(self, digest: str, task_hash: str) -> Sidecar:

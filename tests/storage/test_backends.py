@@ -68,6 +68,23 @@ class TestBucketStorage(StoreContract):
             files.write(orphan, b"pickle\n\n\nhalf")
         return orphans
 
+    def test_a_batch_of_one_value_rewrites_its_sidecar_once(
+            self, store: ObjectStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        # The default put_batch: the later items of a value only add their tasks, all at
+        # once (each used to read, extend and put back the growing sidecar).
+        encoded = encode_pickle(0)
+        written = []
+        dumps = Sidecar.dumps
+        monkeypatch.setattr(Sidecar, "dumps", lambda self: written.append(1) or dumps(self))
+        for first in (1, 41):
+            results = store.put_batch([BatchItem(encoded.header, encoded.body, encoded.digest,
+                                                 task(n)) for n in range(first, first + 40)])
+            assert [r.created for r in results].count(True) == (first == 1)
+        assert len(store.sidecar(encoded.digest).tasks) == 80
+        # Per batch: its first item's put (a new sidecar, or one task added), then the
+        # other 39 tasks in one rewrite (80 writes before).
+        assert len(written) == 4, len(written)
+
 
 class TestLocalStorage(StoreContract):
     @pytest.fixture
