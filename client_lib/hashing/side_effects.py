@@ -55,8 +55,12 @@ def pinned_keys(graph: Mapping[Key, GraphNode], order: list[Key],
             func = node.func
             kind = by_function.get(id(func))
             if kind is None or kind[0] is not func:
-                kind = by_function[id(func)] = (func, kinds.side_effect(func),
-                                                _has_side_effects(func), kinds.scratch(func))
+                # Each question only where the one before it said no, as per task before.
+                writes = kinds.side_effect(func)
+                always = not writes and _has_side_effects(func)
+                kind = by_function[id(func)] = (func, writes, always,
+                                                not writes and not always
+                                                and kinds.scratch(func))
             if effects and deps & effects or kind[1] or kinds.writes_in_arguments(
                     node.args, node.kwargs):
                 effects.add(key)
