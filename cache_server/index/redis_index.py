@@ -151,7 +151,7 @@ class RedisIndex(IndexReads):
             first_reference = (not await pipe.exists(refs)
                                and not await self._elsewhere(manifest.digest, shard))
             pipe.multi()
-            self._queue_add(pipe, shard, manifest, first_reference, record, run, later)
+            self._queue_adds(pipe, shard, [(manifest, first_reference, run)], record, later)
             await pipe.execute()
             return manifest, True
 
@@ -223,14 +223,15 @@ class RedisIndex(IndexReads):
             if all(present):
                 await pipe.unwatch()
             else:
-                pipe.multi()
+                new: list[tuple[Manifest, bool, str | None]] = []
                 for (manifest, run), found in zip(part, present, strict=True):
                     if found:
                         continue
-                    self._queue_add(pipe, shard, manifest, manifest.digest not in referenced,
-                                    True, run, later)
+                    new.append((manifest, manifest.digest not in referenced, run))
                     referenced.add(manifest.digest)
                     added.add(manifest.digest)
+                pipe.multi()
+                self._queue_adds(pipe, shard, new, True, later)
                 await pipe.execute()
             counted.update(added)
             existing = [m.hash for (m, _), found in zip(part, present, strict=True) if found]
@@ -242,33 +243,66 @@ class RedisIndex(IndexReads):
 
         return await self.topology.transact(shard.prefix, attempt)
 
-    def _queue_add(self, pipe: Any, shard: Shard, manifest: Manifest, first_reference: bool,
-                   record: bool, run: str | None, later: list[str]) -> None:
-        """Queue the writes that index ``manifest`` (inside a transaction on ``shard``);
-        sets its ``last_access``."""
-        stored = manifest.model_dump_json(exclude={"hits", "last_access", "pinned"})
-        last_access = max(manifest.last_access, manifest.created)
-        pipe.set(shard.manifest(manifest.hash), stored)
-        pipe.sadd(shard.members, manifest.hash)
-        pipe.zadd(shard.by_hash, {manifest.hash: 0})
-        pipe.zadd(shard.label(manifest.label), {manifest.hash: 0})
-        pipe.zadd(shard.access, {manifest.hash: last_access})
-        if manifest.pinned:
-            pipe.sadd(shard.pinned, manifest.hash)
-        else:
-            pipe.zadd(shard.evict, {manifest.hash: self._rank(manifest, last_access)})
-        pipe.hdel(shard.hits, manifest.hash)
-        if manifest.expires is not None:
-            pipe.zadd(shard.expires, {manifest.hash: manifest.expires})
-        pipe.sadd(shard.refs(manifest.digest), manifest.hash)
-        pipe.hincrby(shard.stats, "bytes", manifest.nbytes)
-        if first_reference:
-            pipe.hincrby(shard.stats, "stored_bytes", manifest.nbytes)
+    def _queue_adds(self, pipe: Any, shard: Shard,
+                    items: Sequence[tuple[Manifest, bool, str | None]], record: bool,
+                    later: list[str]) -> None:
+        """Queue the writes that index each ``(manifest, first_reference, run)`` of
+        ``items`` (distinct hashes, inside a transaction on ``shard``); sets their
+        ``last_access``. One command per key for the whole batch, not per entry: each
+        reply of a transaction is read on its own (two per command), and a batch store
+        paid ~300 µs per entry for a dozen commands each (BENCHMARKS.md, section 19)."""
+        if not items:
+            return
+        stored: dict[str, str] = {}
+        access: dict[str, float] = {}
+        evict: dict[str, float] = {}
+        expires: dict[str, float] = {}
+        labels: dict[str, dict[str, int]] = {}
+        refs: dict[str, list[str]] = {}
+        pinned: list[str] = []
+        nbytes = first_bytes = 0
+        for manifest, first_reference, _ in items:
+            h = manifest.hash
+            last_access = max(manifest.last_access, manifest.created)
+            stored[shard.manifest(h)] = manifest.model_dump_json(
+                exclude={"hits", "last_access", "pinned"})
+            access[h] = last_access
+            labels.setdefault(manifest.label, {})[h] = 0
+            if manifest.pinned:
+                pinned.append(h)
+            else:
+                evict[h] = self._rank(manifest, last_access)
+            if manifest.expires is not None:
+                expires[h] = manifest.expires
+            refs.setdefault(manifest.digest, []).append(h)
+            nbytes += manifest.nbytes
+            if first_reference:
+                first_bytes += manifest.nbytes
+            manifest.last_access = last_access
+        hashes = list(access)
+        pipe.mset(stored)
+        pipe.sadd(shard.members, *hashes)
+        pipe.zadd(shard.by_hash, dict.fromkeys(hashes, 0))
+        for label, members in labels.items():
+            pipe.zadd(shard.label(label), members)
+        pipe.zadd(shard.access, access)
+        if pinned:
+            pipe.sadd(shard.pinned, *pinned)
+        if evict:
+            pipe.zadd(shard.evict, evict)
+        pipe.hdel(shard.hits, *hashes)
+        if expires:
+            pipe.zadd(shard.expires, expires)
+        for digest, members in refs.items():
+            pipe.sadd(shard.refs(digest), *members)
+        pipe.hincrby(shard.stats, "bytes", nbytes)
+        if first_bytes:
+            pipe.hincrby(shard.stats, "stored_bytes", first_bytes)
         if record:
-            pipe.hincrby(shard.stats, "stores", 1)
-            self._event(pipe, later, "store", task_hash=manifest.hash, label=manifest.label,
-                        run=run)
-        manifest.last_access = last_access
+            pipe.hincrby(shard.stats, "stores", len(items))
+            for manifest, _, run in items:
+                self._event(pipe, later, "store", task_hash=manifest.hash,
+                            label=manifest.label, run=run)
 
     async def remove(
         self, task_hash: str, *, reason: str = "delete", digest: str | None = None

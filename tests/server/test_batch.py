@@ -5,6 +5,7 @@ tests/reliability/test_auth.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -111,3 +112,49 @@ def test_batch_bounds(client: httpx.Client) -> None:
     huge = sync_post(client, b"\0" * (64 * 2**20 + 1))
     assert huge.status_code == 413
     assert entries(client) == before
+
+
+@pytest.mark.anyio
+async def test_a_batch_indexes_each_entry_as_single_stores_do(make_app: MakeApp) -> None:
+    # The batch's index writes go one command per key for all its entries (labels, expiries,
+    # shared objects, the byte counts): the entries must come out as PUTs index them.
+    by_batch, by_put = await make_app(), await make_app()
+    shared = encode_pickle("shared")
+    groups = [("left", None, [encode_pickle(1), shared, encode_array(np.arange(4.0))]),
+              ("right", 600, [shared, encode_pickle(2)])]
+    body, stored = b"", []
+    for label, ttl, values in groups:
+        items = [(new_hash(), v) for v in values]
+        stored += [(h, v, label, ttl) for h, v in items]
+        body += batch_body(items, label=label, overrides={"ttl": ttl} if ttl else None)
+    answer = await post(by_batch, body)
+    assert [r["status"] for r in answer.json()["results"]] == [201] * 5
+    for task_hash, encoded, label, ttl in stored:
+        headers = encoded.headers(label)
+        if ttl:
+            headers["X-Result-TTL"] = str(ttl)
+        put = await by_put.put(f"/v1/objects/{task_hash}", content=encoded.body,
+                               headers=headers)
+        assert put.status_code == 201, put.text
+
+    async def described(client: httpx.AsyncClient) -> list[dict]:
+        entries = [(await client.get(f"/v1/entries/{h}")).json() for h, *_ in stored]
+        for entry in entries:
+            assert entry.pop("created") <= entry.pop("last_access")
+            if entry.get("expires"):
+                entry["expires"] = round(entry["expires"] - time.time(), -1)
+        return entries
+
+    def counts(stats: dict) -> dict:
+        return {k: stats[k] for k in ("entries", "stores", "bytes", "stored_bytes")}
+
+    assert await described(by_batch) == await described(by_put)
+    assert [e["expires"] for e in await described(by_batch)] == [None] * 3 + [600.0] * 2
+    assert (counts((await by_batch.get("/v1/stats")).json())
+            == counts((await by_put.get("/v1/stats")).json()))
+    for label, _, values in groups:
+        listed = [(await c.get("/v1/entries", params={"label": label})).json()
+                  for c in (by_batch, by_put)]
+        assert len(listed[0]["entries"]) == len(values)
+        assert ({e["hash"] for e in listed[0]["entries"]}
+                == {e["hash"] for e in listed[1]["entries"]})
