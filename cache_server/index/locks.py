@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 from cache_server.index.client import IndexRedis
 from cache_server.index.keyspace import Keyspace
 
-__all__ = ["LockBusy", "ReadMarks", "RedisLock", "ReplicaRegistry"]
+__all__ = ["LockBusy", "ReadMarks", "RedisLock", "RedisLocks", "ReplicaRegistry"]
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -74,7 +74,7 @@ class RedisLock:
         """The holder id (``host:pid:uuid``) if the lock was free, else None. A lock whose
         holder was a process of this host that is gone (killed mid-store, its server
         restarted) is taken over at once rather than after its ``ttl``."""
-        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
+        holder = _new_holder()
         if await self.redis.set(self.key, holder, nx=True, px=self.ttl_ms):
             return holder
         current = await self.redis.get(self.key)
@@ -109,6 +109,53 @@ class RedisLock:
         while True:
             await asyncio.sleep(self.ttl_ms / 3000)
             await self.redis.eval(_RENEW, 1, self.key, holder, self.ttl_ms)
+
+
+class RedisLocks:
+    """Many :class:`RedisLock` keys taken at once while all are free: one pipelined
+    ``SET NX PX`` per key, one holder id, one renewal task and one pipelined release for
+    all of them. A batch store locks each of its objects' digests: a thousand locks one
+    after another cost two round trips each (~0.2 s of a 1000-object batch)."""
+
+    def __init__(self, redis: IndexRedis, keys: list[str], ttl: float = 30.0) -> None:
+        self.redis = redis
+        self.keys = keys
+        self.ttl_ms = int(ttl * 1000)
+
+    @asynccontextmanager
+    async def held_if_free(self) -> AsyncIterator[bool]:
+        """Yields True while holding every key, or False holding none of them (some key was
+        held: the caller takes them one by one, :meth:`RedisLock.hold`, which waits)."""
+        holder = _new_holder()
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in self.keys:
+                pipe.set(key, holder, nx=True, px=self.ttl_ms)
+            taken = [k for k, ok in zip(self.keys, await pipe.execute(), strict=True) if ok]
+        if len(taken) < len(self.keys):
+            await self._each(taken, _RELEASE, holder)
+            yield False
+            return
+        renewer = asyncio.create_task(self._renew(holder))
+        try:
+            yield True
+        finally:
+            renewer.cancel()
+            with suppress(asyncio.CancelledError):
+                await renewer
+            await self._each(self.keys, _RELEASE, holder)
+
+    async def _each(self, keys: list[str], script: str, *args: object) -> None:
+        if not keys:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.eval(script, 1, key, *args)
+            await pipe.execute()
+
+    async def _renew(self, holder: str) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_ms / 3000)
+            await self._each(self.keys, _RENEW, holder, self.ttl_ms)
 
 
 class ReadMarks:
@@ -204,6 +251,10 @@ class ReplicaRegistry:
 
     async def unregister(self) -> None:
         await self.redis.zrem(self.key, self.replica_id)
+
+
+def _new_holder() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex}"
 
 
 def _gone(holder: str | bytes) -> bool:

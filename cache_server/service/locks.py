@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from cache_server.index.client import IndexRedis
 from cache_server.index.keyspace import Keyspace
-from cache_server.index.locks import ReadMarks, RedisLock
+from cache_server.index.locks import ReadMarks, RedisLock, RedisLocks
 
 __all__ = ["DigestLocks"]
 
@@ -28,13 +28,33 @@ class DigestLocks:
 
     @asynccontextmanager
     async def hold(self, digest: str) -> AsyncIterator[None]:
+        async with self._local(digest):
+            async with RedisLock(self._redis, self._marks.lock_key(digest), self._ttl).hold():
+                yield
+
+    @asynccontextmanager
+    async def hold_many(self, names: Sequence[str]) -> AsyncIterator[None]:
+        """:meth:`hold` of every name, taken in the given order (callers keep one order, so
+        two holders never wait on each other): in one round trip to Redis and one to release
+        when none is held elsewhere, else one after another."""
+        keys = [self._marks.lock_key(name) for name in names]
+        async with AsyncExitStack() as stack:
+            for name in names:
+                await stack.enter_async_context(self._local(name))
+            group = RedisLocks(self._redis, keys, self._ttl)
+            if not await stack.enter_async_context(group.held_if_free()):
+                for key in keys:
+                    await stack.enter_async_context(RedisLock(self._redis, key, self._ttl).hold())
+            yield
+
+    @asynccontextmanager
+    async def _local(self, digest: str) -> AsyncIterator[None]:
+        """This process's lock of ``digest``: its waiters queue here, not by polling Redis."""
         lock, users = self._locks.get(digest, (asyncio.Lock(), 0))
         self._locks[digest] = (lock, users + 1)
         try:
             async with lock:
-                async with RedisLock(self._redis, self._marks.lock_key(digest),
-                                     self._ttl).hold():
-                    yield
+                yield
         finally:
             lock, users = self._locks[digest]
             if users == 1:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterable, Callable, Iterator
-from contextlib import AsyncExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 
 from anyio import CancelScope, to_thread
 from redis.exceptions import ExecAbortError, OutOfMemoryError
@@ -208,8 +208,7 @@ class Writes:
                 await body.write_to(writer.write)
             # The task hash's lock first, then the digest's (never the other way round):
             # uploads of one hash publish one at a time, so a loser never evicts.
-            async with self.locks.hold(f"task:{upload.task_hash}"), \
-                    self.locks.hold(upload.digest):
+            async with self.locks.hold_many([f"task:{upload.task_hash}", upload.digest]):
                 try:
                     result = await to_thread.run_sync(writer.commit)
                 except ObjectNotFound:
@@ -365,9 +364,7 @@ class Writes:
                       for _, u, _ in items]
         batch = [BatchItem(u.header, body, u.digest, ref, u.type_name)
                  for (_, u, body), ref in zip(items, references, strict=True)]
-        async with AsyncExitStack() as locks:
-            for digest in sorted({u.digest for _, u, _ in items}):  # one order: no deadlock
-                await locks.enter_async_context(self.locks.hold(digest))
+        async with self.locks.hold_many(sorted({u.digest for _, u, _ in items})):
             try:
                 results = await to_thread.run_sync(self.storage.put_batch, batch)
             except OSError as exc:
