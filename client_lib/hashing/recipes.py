@@ -322,18 +322,31 @@ def _refs(node: Any) -> list[Key]:
     return list(dict.fromkeys(found))
 
 
-def recipe_records(graph: Mapping[Key, GraphNode], order: list[Key], outputs: list[Key],
-                   hashes: GraphHashes, namespace: str, annotations: Any = None,
-                   only: set[str] | None = None, signing_key: SigningKey | None = None
-                   ) -> dict[Key, dict[str, Any]]:
-    """``{"slot", "hash", "label", "recipe"}`` for every hashed key of ``order`` (with
-    ``only``, those whose task hash is in it): what ``POST /v1/recipes`` takes."""
+def slot_records(graph: Mapping[Key, GraphNode], order: list[Key], outputs: list[Key],
+                 hashes: GraphHashes, namespace: str, only: set[str] | None = None
+                 ) -> dict[Key, dict[str, Any]]:
+    """``{"slot", "hash", "label"}`` for every hashed key of ``order`` (with ``only``, those
+    whose task hash is in it): a recipe record without its recipe, which is what finding
+    the previous record of a slot needs."""
     published = hashes.hashes
     keys = [k for k in order if k in published and (only is None or published[k] in only)]
     if not keys:
         return {}
     where = slots(graph, order, hashes.labels, outputs, namespace)
-    made = RecipeMaker(graph, hashes, annotations, signing_key).many(keys)
     return {key: {"slot": where[key], "hash": published[key],
-                  "label": hashes.labels.get(key, "")[:_NAME], "recipe": recipe}
-            for key, recipe in made.items()}
+                  "label": hashes.labels.get(key, "")[:_NAME]} for key in keys}
+
+
+def recipe_records(graph: Mapping[Key, GraphNode], order: list[Key], outputs: list[Key],
+                   hashes: GraphHashes, namespace: str, annotations: Any = None,
+                   only: set[str] | None = None, signing_key: SigningKey | None = None,
+                   slotted: dict[Key, dict[str, Any]] | None = None
+                   ) -> dict[Key, dict[str, Any]]:
+    """``{"slot", "hash", "label", "recipe"}`` for every hashed key of ``order`` (with
+    ``only``, those whose task hash is in it): what ``POST /v1/recipes`` takes.
+    ``slotted``: :func:`slot_records` of these keys or more, made already."""
+    if slotted is None:
+        slotted = slot_records(graph, order, outputs, hashes, namespace, only)
+    keys = [k for k, r in slotted.items() if only is None or r["hash"] in only]
+    made = RecipeMaker(graph, hashes, annotations, signing_key).many(keys) if keys else {}
+    return {key: {**slotted[key], "recipe": recipe} for key, recipe in made.items()}

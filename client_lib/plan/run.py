@@ -241,7 +241,7 @@ class Run:
             post_recipes(self.settings.cache, hashed.m.graph, hashed.order, hashed.m.keys,
                          hashed.hashes, self.settings.namespace, hashed.m,
                          {h for h in hashed.cacheable().values() if h not in self.hits},
-                         target)
+                         target, stored=frozenset(stored) if self.scheduler.local else None)
         self._lap("report")
         logger.info("%s", report)
         if self.explain:

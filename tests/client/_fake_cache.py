@@ -8,6 +8,7 @@ raise it) or ``lose_after`` (loads succeed that many times, then the server is g
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterable
@@ -27,6 +28,9 @@ class FakeCache(Transport):
         self.leases: dict[str, str] = {}  # hash -> holder
         self.calls: Counter[str] = Counter()
         self.runs: list[dict[str, Any]] = []
+        self.recipes: dict[str, dict[str, Any]] = {}  # slot -> record, of held entries
+        self.recipes_sent: list[list[str]] = []  # the hashes of each record_recipes
+        self.why: list[dict[str, Any]] = []
         self.failing: dict[str, Exception] = {}
         self.lose_after: int | None = None
         self._lock = threading.Lock()
@@ -59,6 +63,25 @@ class FakeCache(Transport):
     def post_run(self, summary: dict[str, Any]) -> None:
         self._call("post_run")
         self.runs.append(summary)
+
+    def record_recipes(self, recipes: list[dict[str, Any]]) -> None:
+        self._call("record_recipes")
+        with self._lock:
+            self.recipes_sent.append([r["hash"] for r in recipes])
+            for r in recipes:  # as the server: only those of the entries it holds
+                if r["hash"] in self.objects:
+                    self.recipes[r["slot"]] = {"hash": r["hash"], "held": True,
+                                               "recipe": json.dumps(r["recipe"])}
+
+    def previous_recipes(self, slots: list[str], labels: list[str]
+                         ) -> tuple[dict[str, dict[str, Any]], set[str]]:
+        self._call("previous_recipes")
+        with self._lock:
+            return {s: dict(self.recipes[s]) for s in slots if s in self.recipes}, set()
+
+    def post_run_why(self, run_id: str, why: dict[str, Any]) -> None:
+        self._call("post_run_why")
+        self.why.append(why)
 
     # -- leases -------------------------------------------------------------------------
 

@@ -212,3 +212,32 @@ def test_small_results_finished_close_together_share_a_store_request() -> None:
                           scheduler="threads") == (66,)
     assert last_report().stored == 13 and len(cache.objects) == 13
     assert cache.calls["put_many"] <= 3, cache.calls
+
+
+def test_recipes_are_made_for_the_stored_results_and_the_tasks_recorded_before() -> None:
+    # The server keeps only the recipes of entries it holds: a 200-task run that stores
+    # its output made and sent 201 recipes (~20 µs of CPU each) for one to be kept.
+    from client_lib.plan.runs import flush_posts
+
+    cache, ns = FakeCache(), uuid.uuid4().hex
+    parts = [dask.delayed(_inc, pure=True)(i) for i in range(200)]
+    total = dask.delayed(sum, pure=True)(parts)
+    with dask.config.set({"result-cache.report-runs": True}):
+        assert cached_compute(total, cache=cache, namespace=ns, scheduler="threads") == (
+            sum(range(1, 201)),)
+        cold = last_report()
+        assert flush_posts()
+        assert cache.recipes_sent == [list(cold_stored := set(cache.objects))]
+        assert cold.stored == len(cold_stored) < 10
+        # The run page still says why all 201 were computed: nothing recorded before.
+        assert sum(n for _, n in cache.why[-1]["groups"]) == 201
+
+        # Run B changes one argument: its sum's slot has a record, so B explains the sum by
+        # its changed dependency (with a recipe made for it), the others as new.
+        parts[7] = dask.delayed(_inc, pure=True)(1000)
+        total = dask.delayed(sum, pure=True)(parts)
+        cached_compute(total, cache=cache, namespace=ns, scheduler="threads")
+        assert flush_posts()
+        reasons = cache.why[-1]["reasons"]
+        assert len(reasons) == 201 and list(reasons.values()).count("never computed") == 200
+        assert "_inc, which changed" in reasons[200]
