@@ -23,7 +23,7 @@ import os
 import pickle
 import struct
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 import xxhash
@@ -90,6 +90,7 @@ class Encoder:
         self._out: list[bytes] = []
         self._stack: list[int] = []  # ids of containers being walked (cycle guard)
         self._shared: dict[int, tuple[Any, bytes]] = {}  # see write_shared
+        self._memo: dict[Hashable, bytes] = {}  # see write_memo
         self._handlers = handlers
         self._code = fingerprints(self)
         # Built-in types by their methods; other types join on first sight, their
@@ -158,6 +159,24 @@ class Encoder:
         start = len(self._out)
         (write or self.encode)(obj)
         self._shared[id(obj)] = (obj, b"".join(self._out[start:]))
+
+    #: Whether :meth:`write_memo` reuses bytes (an encoder with side effects per write,
+    #: such as collecting the files strings name, must write every time).
+    memoizes = True
+
+    def write_memo(self, key: Hashable, write: Callable[[], None]) -> None:
+        """``write()`` the first time this encoder meets ``key``; later, the bytes it
+        wrote then. ``key`` must determine those bytes exactly (equal keys, equal
+        encodings) for the length of one hashing pass: for small values met again and
+        again as equal copies, such as the column labels of every partition of a frame."""
+        known = self._memo.get(key) if self.memoizes else None
+        if known is not None:
+            self._out.append(known)
+            return
+        start = len(self._out)
+        write()
+        if self.memoizes:
+            self._memo[key] = b"".join(self._out[start:])
 
     def write_raw(self, data: bytes) -> None:
         """Bytes as they are: a type tag, a digest, a length-prefixed piece."""

@@ -56,6 +56,7 @@ class _RecipeEncoder(Encoder):
     digest is its own literal part) and the files its strings name collected."""
 
     files: list[list[Any]]
+    memoizes = False  # every string's files are collected, each time it is written
 
     def write_str(self, obj: str) -> None:
         # The text only: a file it names is a part of its own (its stamp is not in the

@@ -429,3 +429,27 @@ def test_a_family_member_hashes_as_it_would_alone():
     assert all(edited[f"meta-{i}"] != family[f"meta-{i}"] for i in range(6))
     assert all(edited[f"leaf-{i}"] == family[f"leaf-{i}"] for i in range(6))
     assert len(set(family.values())) == 12
+
+
+def test_equal_column_labels_hash_once_per_pass_and_as_they_do_alone() -> None:
+    # Small string indexes are encoded once per hashing pass (a frame's partitions each
+    # carry a copy of its columns): a task must hash in a graph of many as it does alone,
+    # and labels that differ only by dtype or names must still tell the frames apart.
+    import pandas as pd
+
+    from tests.client._value_hash import identity, value_hash
+
+    def frame(columns: pd.Index) -> pd.DataFrame:
+        return pd.DataFrame([[1, 2]], columns=columns)
+
+    variants = [pd.Index(["a", "b"], dtype=object), pd.Index(["a", "b"], dtype="str"),
+                pd.Index(["a", "b"], dtype=pd.StringDtype("python")),
+                pd.Index(["a", "b"], dtype=object, name="n"), pd.Index(["a", "c"]),
+                pd.Index([1, 2]), pd.Index(["a", "b"], dtype=object)]
+    frames = [frame(c) for c in variants]
+    tasks = [dask.delayed(identity, pure=True)(f, dask_key_name=f"t{i}")
+             for i, f in enumerate(frames)]
+    together = task_hashes(*tasks)
+    alone = [value_hash(f) for f in frames]
+    assert [together[f"t{i}"] for i in range(len(frames))] == alone
+    assert len(set(alone)) == len(alone) - 1 and alone[0] == alone[-1]
