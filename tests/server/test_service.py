@@ -162,3 +162,20 @@ async def test_an_unreachable_index_is_reported(tmp_path) -> None:
             await cache.check_health()
     finally:
         await redis.aclose()
+
+
+async def test_a_batch_on_one_redis_and_on_a_cluster(make_cache: MakeCache) -> None:
+    """A batch locks its digests in one pipelined round trip (in a Cluster they fall in
+    different slots) and indexes its entries in one transaction per shard."""
+    from cache_server.api.routers.objects import parse_batch
+    from tests.server.wire import batch_body
+
+    cache = make_cache()
+    values = [encode_pickle(i) for i in range(40)] + [encode_array(np.arange(8.0))]
+    items = [(new_hash(), v) for v in values] + [(new_hash(), values[0])]  # one shared
+    uploads, outcomes = await cache.store_batch(chunks(batch_body(items)), 2**20,
+                                                parse_batch)
+    assert [o[1] for o in outcomes] == [True] * len(items)
+    for task_hash, encoded in items:
+        assert (await load(cache, task_hash))[1] == encoded.body
+    assert len(uploads) == len(items)
