@@ -21,6 +21,7 @@ nothing about them (as the first run in a process: all wrapped and leased).
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 import uuid
@@ -60,25 +61,53 @@ def warm_up(cache: CacheClient) -> None:
         cached_compute(x, cache=cache, namespace=uuid.uuid4().hex, scheduler="threads")
 
 
-def timed(fn) -> float:
+class GcClock:
+    """Seconds the cyclic garbage collector ran, summed (``gc.callbacks``): a full
+    collection in one run and not the next moves a 1 s run by 50-150 ms on these
+    machines, as much as the per-task work measured here (BENCHMARKS.md, section 19)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._start
+
+
+GC = GcClock()
+
+
+def timed(fn, gc_seconds: list[float] | None = None) -> float:
+    """Wall seconds of ``fn()``; appends the collector's share to ``gc_seconds``."""
+    collected = GC.seconds
     start = time.perf_counter()
     fn()
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if gc_seconds is not None:
+        gc_seconds.append(GC.seconds - collected)
+    return elapsed
 
 
 def measure(kind: str, n: int, cache: CacheClient, repeat: int,
-            fresh: bool = False) -> tuple[dict, dict, int]:
-    """Median seconds of each way to compute the graph, and of each cached_compute phase."""
+            fresh: bool = False) -> tuple[dict, dict, int, dict]:
+    """Median seconds of each way to compute the graph, of each cached_compute phase, the
+    task count, and the median seconds the garbage collector ran in each way."""
     x = build(kind, n)
     runs: dict[str, list[float]] = {"dask": [], "dask_noopt": [], "cached": []}
+    gcs: dict[str, list[float]] = {k: [] for k in runs}
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     nodes = 0
     with dask.config.set(scheduler="threads"):
         for _ in range(repeat):
             if kind != "fanin" or n <= DEFAULT_OPTIMIZE_LIMIT:
-                runs["dask"].append(timed(lambda: dask.compute(x)))
+                runs["dask"].append(timed(lambda: dask.compute(x), gcs["dask"]))
             if kind == "fanin":
-                runs["dask_noopt"].append(timed(lambda: dask.compute(x, optimize_graph=False)))
+                runs["dask_noopt"].append(timed(lambda: dask.compute(x, optimize_graph=False),
+                                                gcs["dask_noopt"]))
             if fresh:
                 namespace = uuid.uuid4().hex
                 costs.forget()
@@ -86,7 +115,8 @@ def measure(kind: str, n: int, cache: CacheClient, repeat: int,
                     timed(lambda: cached_compute(x, cache=cache, namespace=namespace)))  # noqa: B023
             namespace = uuid.uuid4().hex
             runs["cached"].append(
-                timed(lambda: cached_compute(x, cache=cache, namespace=namespace)))  # noqa: B023
+                timed(lambda: cached_compute(x, cache=cache, namespace=namespace),  # noqa: B023
+                      gcs["cached"]))
             report = last_report()
             assert report is not None and report.hits == 0 and not report.fallback
             nodes = report.tasks
@@ -94,7 +124,8 @@ def measure(kind: str, n: int, cache: CacheClient, repeat: int,
                 phases[p].append(report.seconds.get(p, 0.0))
     seconds = {k: statistics.median(v) for k, v in runs.items() if v}
     phase_seconds = {p: statistics.median(v) for p, v in phases.items()}
-    return seconds, phase_seconds, nodes
+    gc_seconds = {k: statistics.median(v) for k, v in gcs.items() if v}
+    return seconds, phase_seconds, nodes, gc_seconds
 
 
 def main() -> None:
@@ -107,7 +138,7 @@ def main() -> None:
         for kind in args.graphs.split(","):
             for n in sizes:
                 tasks = dask_tasks(build(kind, n))
-                med, phases, nodes = measure(kind, n, cache, args.repeat, args.fresh)
+                med, phases, nodes, gcs = measure(kind, n, cache, args.repeat, args.fresh)
                 base_key = "dask_noopt" if kind == "fanin" else "dask"
                 base = med[base_key]
                 us = {p: v / tasks * 1e6 for p, v in phases.items()}
@@ -118,11 +149,13 @@ def main() -> None:
                       + "\n               us/task: "
                       + "  ".join(f"{p} {v:.1f}" for p, v in us.items())
                       + f"  (baseline {base / tasks * 1e6:.1f} us/task)")
+                print("               garbage collector (median per run): "
+                      + "  ".join(f"{k} {v * 1e3:.1f} ms" for k, v in gcs.items()))
                 if "dask" in med and base_key != "dask":
                     print(f"               vs dask.compute default: "
                           f"{med['cached'] / med['dask']:.3f}x")
                 details[label] = {"tasks": tasks, "unfused_nodes": nodes, "seconds": med,
-                                  "us_per_task": us}
+                                  "us_per_task": us, "gc_seconds": gcs}
                 target = 1.1  # issue 26: the fan-in and the groupby; the array keeps it
                 ratios.append(Ratio(f"cold_vs_{base_key}[{label}]", med["cached"] / base,
                                     target))
