@@ -41,7 +41,7 @@ from ..transport.interface import Transport
 from ..transport.staging import direct_write_mode
 from .hashed import Hashed, hash_materialized, restore_annotations
 from .known import remember
-from .materialize import Materialized, materialize, paused_gc, unfuse
+from .materialize import Materialized, frozen_gc, materialize, paused_gc, unfuse
 from .report import CacheReport, set_last_report
 from .rewrite import Rewritten, rewrite
 from .runs import (
@@ -290,7 +290,7 @@ class Run:
             try:
                 progress = (self.reporter.plan(report, len(rewritten.graph)) if self.reporter
                             else contextlib.nullcontext())
-                with progress:
+                with progress, frozen_gc():
                     return self.scheduler.run(rewritten.graph, hashed.m, self.kwargs,
                                               hashed.hashes.pinned, rewritten.loaded_keys)
             except CacheEntryUntrusted as exc:
