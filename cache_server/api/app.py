@@ -13,6 +13,7 @@ description (``/openapi.json``, ``/docs``) is served behind the same read check.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -91,9 +92,14 @@ def _warn_about_pickles() -> None:
     )
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> FastAPI:
     """A new app for ``settings`` (default: from the environment). Nothing starts until the
-    app's lifespan runs (uvicorn does that)."""
+    app's lifespan runs (uvicorn does that). ``freeze_gc``: once started, the process's
+    objects are frozen (``gc.freeze``): what exists then (modules, the app, connection
+    pools) lives as long as the server, and the collector's full collections walked all
+    of it again during every burst of requests (a 1000-object batch: ~1/3 of the server's
+    CPU; BENCHMARKS.md, section 19). For ``dask-cache serve``, which owns its process; an
+    app run inside another program leaves that program's collector alone."""
     settings = settings or Settings()
     metrics = Metrics()
     # Parsed now, so a malformed token configuration fails before anything starts.
@@ -118,6 +124,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.sessions = Sessions(
                 cache.index.redis, cache.index.prefix, settings.session_seconds,
                 Sessions.secret_for(list(tokens.scopes), settings.data_dir))
+            if freeze_gc:
+                gc.freeze()
             try:
                 yield
             finally:

@@ -77,7 +77,7 @@ def serve(
         run_replicas(settings, workers, log_level, fd)
         return
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(settings, freeze_gc=True),
         host=settings.host,
         port=settings.port,
         log_level=log_level,

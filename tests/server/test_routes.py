@@ -129,3 +129,25 @@ def test_every_service_and_storage_error_has_a_status() -> None:
     assert status_of(storage.errors.BodySizeMismatch(1, 2)) == 400
     assert status_of(service_errors.NoRoom("full")) == 507
     assert status_of(RuntimeError("a bug")) == 500
+
+
+async def test_the_serve_command_freezes_the_started_process_and_an_embedded_app_does_not(
+        redis_url: str, tmp_path) -> None:
+    # `dask-cache serve` owns its process: once started, what exists lives as long as the
+    # server, and full collections need not walk it again. An app inside another program
+    # (these tests, a user's process) leaves that program's collector alone.
+    import gc
+    import uuid
+
+    from cache_server.api.app import create_app
+    from cache_server.settings import Settings
+
+    assert gc.get_freeze_count() == 0
+    for freeze in (False, True):
+        app = create_app(Settings(redis_url=redis_url, redis_prefix=f"t{uuid.uuid4().hex}:",
+                                  data_dir=tmp_path / f"app-{freeze}"), freeze_gc=freeze)
+        try:
+            async with app.router.lifespan_context(app):
+                assert (gc.get_freeze_count() > 0) is freeze
+        finally:
+            gc.unfreeze()
