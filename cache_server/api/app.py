@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
                 cache.index.redis, cache.index.prefix, settings.session_seconds,
                 Sessions.secret_for(list(tokens.scopes), settings.data_dir))
             if freeze_gc:
+                gc.collect()  # what startup left as garbage goes first, not frozen for good
                 gc.freeze()
             try:
                 yield
