@@ -17,8 +17,9 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -96,13 +97,10 @@ class RedisLock:
                 raise LockBusy(f"{self.key} is held by another replica")
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX)
-        renewer = asyncio.create_task(self._renew(holder))
         try:
-            yield holder
+            async with _running_task(self._renew(holder)):
+                yield holder
         finally:
-            renewer.cancel()
-            with suppress(asyncio.CancelledError):
-                await renewer
             await self.release(holder)
 
     async def _renew(self, holder: str) -> None:
@@ -135,13 +133,10 @@ class RedisLocks:
             await self._each(taken, _RELEASE, holder)
             yield False
             return
-        renewer = asyncio.create_task(self._renew(holder))
         try:
-            yield True
+            async with _running_task(self._renew(holder)):
+                yield True
         finally:
-            renewer.cancel()
-            with suppress(asyncio.CancelledError):
-                await renewer
             await self._each(self.keys, _RELEASE, holder)
 
     async def _each(self, keys: list[str], script: str, *args: object) -> None:
@@ -185,13 +180,10 @@ class ReadMarks:
         while not await self.redis.eval(_MARK_READ, 2, *keys, reader, self._expiry()):
             await asyncio.sleep(pause)
             pause = min(pause * 2, _POLL_MAX)
-        renewer = asyncio.create_task(self._renew(keys, reader))
         try:
-            yield
+            async with _running_task(self._renew(keys, reader)):
+                yield
         finally:
-            renewer.cancel()
-            with suppress(asyncio.CancelledError):
-                await renewer
             await self.redis.zrem(keys[1], reader)
 
     async def live_readers(self, digest: str) -> int:
@@ -251,6 +243,19 @@ class ReplicaRegistry:
 
     async def unregister(self) -> None:
         await self.redis.zrem(self.key, self.replica_id)
+
+
+@asynccontextmanager
+async def _running_task(renewal: Coroutine[Any, Any, None]) -> AsyncIterator[None]:
+    """``renewal`` runs as a task while the block runs, and is cancelled and awaited when
+    it ends (a holder's or reader's renewal, before its release)."""
+    task = asyncio.create_task(renewal)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
 
 
 def _new_holder() -> str:
