@@ -187,24 +187,19 @@ def post_recipes(cache: Transport, graph: Mapping[Key, GraphNode], order: list[K
     global or an input file in that window gets a recipe that explains its next miss
     wrongly, never a wrong result). Never raises: a recipe is an explanation.
 
-    ``stored``: the hashes the run stored, when it knows them. Then recipes are made only
-    for those and, for ``run``, for the tasks whose slot has a record to compare with: a
-    recipe costs ~20 µs of the client's CPU per task, and the server drops those of
-    entries it does not hold (a 10k-task run storing one output made 10k)."""
+    ``stored``: the hashes the run stored, when it knows them (None: any computed one
+    may be held). Recipes are made only for those and, for ``run``, for the tasks whose
+    slot has a record to compare with (the rest need only their slot to be explained as
+    new): a recipe costs ~20 µs of the client's CPU per task, and the server drops those
+    of entries it does not hold (a 10k-task run storing one output made 10k)."""
     if not computed:
         return
 
     def make() -> list[dict[str, Any]]:
         start = time.thread_time()
         try:
-            if stored is None:
-                made = recipe_records(graph, order, outputs, hashes, namespace, annotations,
-                                      only=computed, signing_key=cache.signing_key)
-                if run is not None and made:
-                    _post_why(cache, run, graph, hashes, made)
-                return list(made.values())
             slotted = slot_records(graph, order, outputs, hashes, namespace, computed)
-            wanted = set(stored) & computed
+            wanted = set(computed) if stored is None else set(stored) & computed
             previous: tuple[dict[str, dict[str, Any]], set[str]] | None = None
             if run is not None and slotted:
                 try:
@@ -215,12 +210,12 @@ def post_recipes(cache: Transport, graph: Mapping[Key, GraphNode], order: list[K
                     wanted |= {r["hash"] for r in slotted.values() if r["slot"] in previous[0]}
             made = recipe_records(graph, order, outputs, hashes, namespace, annotations,
                                   only=wanted, signing_key=cache.signing_key, slotted=slotted)
-            if previous is not None:
+            if run is not None and previous is not None:
                 # Keys without a record need only their slot; a wanted one whose recipe
-                # could not be made stays out ("no recipe could be made"), as before.
+                # could not be made stays out ("no recipe could be made").
                 current = {k: r for k, r in slotted.items() if r["hash"] not in wanted}
                 _post_why(cache, run, graph, hashes, {**current, **made}, previous)
-            return [r for r in made.values() if r["hash"] in stored]
+            return [r for r in made.values() if stored is None or r["hash"] in stored]
         finally:
             RECIPE_SECONDS[0] += time.thread_time() - start
 
@@ -238,12 +233,7 @@ class RunWhyTarget:
 
 def _post_why(cache: Transport, run: RunWhyTarget, graph: Mapping[Key, GraphNode],
               hashes: GraphHashes, made: dict[Key, dict[str, Any]],
-              previous: tuple[dict[str, dict[str, Any]], set[str]] | None = None) -> None:
-    if previous is None:
-        try:
-            previous = previous_of(cache, made)
-        except ResultCacheError:
-            return  # the recipes go on: why is an extra
+              previous: tuple[dict[str, dict[str, Any]], set[str]]) -> None:
     states = run.states()
     found = explain_states(graph, states, hashes, made, *previous)
     reasons = {i: r.reason[:1024] for i, r in enumerate(found.records)
