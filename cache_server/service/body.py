@@ -68,12 +68,20 @@ class UploadBody:
                 size += len(chunk)
         return chunks
 
-    async def read_piece(self) -> bytes | None:
-        """The next piece, or None at the end of the body."""
-        chunks = await self._read_chunks()
-        if not chunks:
-            return None
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    async def read_into(self, data: bytearray) -> int:
+        """Read the whole body into ``data`` from its start, each chunk copied once as the
+        connection delivered it (never joined into a piece first); ``data`` grows if the
+        body is longer (within the limit). Returns the body's length."""
+        filled = 0
+        while chunks := await self._read_chunks():
+            for chunk in chunks:
+                end = filled + len(chunk)
+                if end > len(data):
+                    data[filled:] = chunk
+                else:
+                    data[filled:end] = chunk
+                filled = end
+        return filled
 
     async def write_to(self, write: Callable[[bytes], object]) -> None:
         """Hand every chunk to ``write`` in a worker thread, a piece's chunks in one
@@ -102,5 +110,5 @@ class UploadBody:
 
     async def drain(self) -> None:
         """Read and discard the rest of the body (still enforcing the limits)."""
-        while await self.read_piece() is not None:
+        while await self._read_chunks():
             pass

@@ -306,14 +306,7 @@ class Writes:
         with self._upload_slot(), self.memory.reserve(size):
             body = UploadBody(chunks, limit, lambda: BodyTooLarge(limit), self.body_timeout)
             data = bytearray(size)  # filled in place: never a second copy of the batch
-            filled = 0
-            while (piece := await body.read_piece()) is not None:
-                if filled + len(piece) > size:  # longer than declared: grows (bounded)
-                    data += piece
-                else:
-                    data[filled:filled + len(piece)] = piece
-                filled += len(piece)
-            del data[filled:]
+            del data[await body.read_into(data):]
             uploads = parse(data)
             return uploads, await self._store_batch(uploads)
 
@@ -354,6 +347,28 @@ class Writes:
                 await self.capacity.make_room(0)
         return outcomes  # type: ignore[return-value]
 
+    async def _without_room(self, stored: list[tuple]) -> list[tuple]:
+        """Make room under the cap for the new objects of ``stored`` (``(position, upload,
+        reference, result)``); those left out, each with its :class:`NoRoom`. When the
+        objects are larger together than the cap, those that fit are kept in the batch's
+        order, as one ``PUT`` after another would keep them, and the rest are refused: a
+        batch larger than the cache must not store nothing. One eviction round either way
+        (a round may wait for another replica's)."""
+        sizes = [r.sidecar.nbytes if r.created else 0 for *_, r in stored]
+        cap, total = self.capacity.max_bytes, 0
+        fits = []
+        for size in sizes:
+            fits.append(cap is None or total + size <= cap)
+            total += size if fits[-1] else 0
+        try:
+            await self.capacity.make_room(total)
+        except NoRoom as exc:
+            fits, error = [not size for size in sizes], exc
+        else:
+            error = NoRoom(f"the batch's objects are larger together than the cache "
+                           f"(max_bytes {cap}): this one did not fit beside the others")
+        return [(*s, error) for s, fit in zip(stored, fits, strict=True) if not fit]
+
     async def _store_new(self, items: list[tuple[int, Upload, memoryview]],
                          outcomes: list, now: float) -> None:
         """The part of :meth:`store_batch` that writes: the objects (one group commit,
@@ -378,14 +393,13 @@ class Writes:
             for (i, _, _), result in zip(items, results, strict=True):
                 if isinstance(result, Exception):
                     outcomes[i] = result
-            try:  # room for what the batch added, received and verified
-                await self.capacity.make_room(
-                    sum(r.sidecar.nbytes for *_, r in stored if r.created))
-            except NoRoom as exc:
-                for i, upload, _, result in stored:
-                    await self.removal.forget_unindexed(upload.digest, upload.task_hash,
-                                                        result.created)
-                    outcomes[i] = exc
+            # room for what the batch added, received and verified
+            for i, upload, _, result, exc in await self._without_room(stored):
+                await self.removal.forget_unindexed(upload.digest, upload.task_hash,
+                                                    result.created)
+                outcomes[i] = exc
+            stored = [s for s in stored if outcomes[s[0]] is None]
+            if not stored:
                 return
             manifests: list[Manifest] = []
             runs: list[str | None] = []

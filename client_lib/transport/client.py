@@ -342,7 +342,7 @@ class CacheClient(Loads, Transport):
     def put_many(self, items: list[tuple[str, codec.Encoded, float, str, float | None,
                                          str | None]]) -> list[bool]:
         """Store small encoded values (``(task_hash, encoded, compute_seconds, label,
-        ttl, run id)``, bodies below 1 MiB) in one ``POST /v1/objects/batch``: the server makes
+        ttl, run id)``, bodies below 16 MiB) in one ``POST /v1/objects/batch``: the server makes
         them durable together (one group commit) before it answers. Per item, whether the
         server now holds it. Raises like :meth:`put` for the whole request."""
         if self._store_refused is not None:

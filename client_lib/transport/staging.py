@@ -29,13 +29,15 @@ from typing import Any
 
 from ..core.config import setting
 from ..wire import codec, headers
+from ..wire.bounds import MAX_BATCH_OBJECT_BYTES
 from .direct import local_path, slab_plan
 
 __all__ = ["DIRECT_WRITE_MIN_BYTES", "DirectWriteFailed", "Staged", "allowed",
            "commit_headers", "direct_write_mode", "stage_files"]
 
-#: Values this large are written directly (smaller ones: one PUT costs less than two calls).
-DIRECT_WRITE_MIN_BYTES = 16 * 2**20
+#: Values this large are written directly (smaller ones go in batches: one request, no
+#: staging round trips).
+DIRECT_WRITE_MIN_BYTES = MAX_BATCH_OBJECT_BYTES + 1
 _WRITE_THREADS = 4
 
 

@@ -19,11 +19,11 @@ MIN_LEASE_SECONDS, MAX_LEASE_SECONDS = 1.0, 3600.0
 LEASE_BATCH = 100_000
 #: Hashes per packed lookup the client sends (the server's ``max_lookup_hashes`` is more).
 LOOKUP_BATCH = 200_000
-#: One ``POST /v1/objects/batch``: items, bytes in all, bytes per object (small objects
-#: only: larger ones stream through ``PUT``), bytes per item header.
+#: One ``POST /v1/objects/batch``: items, bytes in all, bytes per object (below the size
+#: of direct writes: larger ones stream through ``PUT``), bytes per item header.
 MAX_BATCH_ITEMS = 1000
 MAX_BATCH_BYTES = 64 * 2**20
-MAX_BATCH_OBJECT_BYTES = 2**20 - 1
+MAX_BATCH_OBJECT_BYTES = 16 * 2**20 - 1
 MAX_BATCH_HEADER_BYTES = 16 * 2**10
 #: A run summary's task list; larger runs send counts by label.
 MAX_RUN_TASKS = 5000

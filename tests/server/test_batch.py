@@ -13,6 +13,7 @@ import httpx
 import numpy as np
 import pytest
 
+from client_lib.wire.bounds import MAX_BATCH_OBJECT_BYTES
 from tests.server.wire import Encoded, batch_body, encode_array, encode_pickle, new_hash
 
 MakeApp = Callable[..., Any]  # the make_app fixture
@@ -46,6 +47,37 @@ async def test_a_batch_is_stored_and_each_item_answered(make_app: MakeApp) -> No
     assert [r["status"] for r in again.json()["results"]] == [200, 200]
     stats = (await client.get("/v1/stats")).json()
     assert stats["stores"] == 6 and stats["entries"] == 6
+
+
+@pytest.mark.anyio
+async def test_a_batch_stores_arrays_of_several_mebibytes_as_zarr(make_app: MakeApp) -> None:
+    # Results of 1-16 MiB share batches (a PUT each cost the server ~3 ms and an fsync):
+    # they must land in the array store as a PUT puts them, and read back whole.
+    client = await make_app()
+    arrays = [np.arange(n, dtype="<f8") for n in (2**18, 5 * 2**17 + 3, 7)]
+    items = [(new_hash(), encode_array(a)) for a in arrays]
+    answer = await post(client, batch_body(items))
+    assert [r["status"] for r in answer.json()["results"]] == [201] * 3
+    for (task_hash, encoded), array in zip(items, arrays, strict=True):
+        got = await client.get(f"/v1/objects/{task_hash}")
+        assert got.status_code == 200 and got.content == encoded.body
+        manifest = (await client.get(f"/v1/entries/{task_hash}")).json()
+        assert manifest["storage"] == ("zarr" if array.nbytes >= 2**20 else "blob")
+
+
+@pytest.mark.anyio
+async def test_a_batch_larger_than_the_cache_keeps_what_fits(make_app: MakeApp) -> None:
+    # Refusing the whole batch stored nothing where PUTs one by one would have stored most.
+    client = await make_app(max_bytes=5 * 2**20)
+    arrays = [np.full(2**18, i, dtype="<f8") for i in range(3)]  # 2 MiB each
+    items = [(new_hash(), encode_array(a)) for a in arrays]
+    items.insert(1, (new_hash(), encode_pickle("small")))
+    answer = await post(client, batch_body(items))
+    assert [r["status"] for r in answer.json()["results"]] == [201, 201, 201, 507]
+    stats = (await client.get("/v1/stats")).json()
+    assert stats["entries"] == 3 and stats["stored_bytes"] <= 5 * 2**20
+    assert (await client.get(f"/v1/objects/{items[3][0]}")).status_code == 404
+    assert (await client.get(f"/v1/objects/{items[2][0]}")).content == items[2][1].body
 
 
 @pytest.mark.anyio
@@ -101,7 +133,7 @@ def test_malformed_batches_store_nothing(client: httpx.Client, mangle, message) 
 
 def test_batch_bounds(client: httpx.Client) -> None:
     before = entries(client)
-    big = Encoded("pickle", b"x" * 2**20)
+    big = Encoded("pickle", b"x" * (MAX_BATCH_OBJECT_BYTES + 1))
     answer = sync_post(client, batch_body([(new_hash(), big)]))
     assert answer.status_code == 422 and "PUT larger ones" in answer.json()["detail"]
     many = [(new_hash(), encode_pickle(i)) for i in range(1001)]
