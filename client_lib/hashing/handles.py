@@ -51,6 +51,10 @@ _ITERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType
 _CONTAINER_ITEMS = 64  # look this far into tuples, lists and dicts (two levels)
 
 _classes: dict[frozenset[str], tuple[type, ...]] = {}
+# The classes for the sys.modules size they were found at, and the types found not to be
+# handles given those classes (an ndarray is asked about once per process, not per result).
+_current: tuple[int, tuple[type, ...]] = (-1, ())
+_plain: set[type] = set()
 
 
 def _resolve(module: str, name: str) -> type | None:
@@ -61,12 +65,20 @@ def _resolve(module: str, name: str) -> type | None:
 
 
 def _handle_classes() -> tuple[type, ...]:
-    """The handle classes of the modules imported so far (cached per set of modules)."""
+    """The handle classes of the modules imported so far (cached per set of modules, looked
+    for again when a module was imported or removed)."""
+    global _current
+    count, found = _current
+    if count == len(sys.modules):
+        return found
     present = frozenset(m for m, _ in _HANDLE_CLASSES if m in sys.modules)
     found = _classes.get(present)
     if found is None:
         resolved = (_resolve(m, n) for m, n in _HANDLE_CLASSES if m in present)
         found = _classes[present] = tuple(c for c in resolved if c is not None)
+    if found != _current[1]:
+        _plain.clear()  # a type plain before may be a handle class's subclass now
+    _current = (len(sys.modules), found)
     return found
 
 
@@ -78,12 +90,19 @@ def _is_db_connection(value: Any) -> bool:
 def is_handle(value: Any, depth: int = 2) -> bool:
     """Whether ``value`` is, or directly holds (in a tuple, list or dict, two levels
     deep), a handle to external mutable state."""
-    if value is None or type(value) in (int, float, str, bytes, bool):
+    cls = type(value)
+    if value is None or cls in (int, float, str, bytes, bool):
+        return False
+    classes = _handle_classes()
+    if cls in _plain:
         return False
     if isinstance(value, io.IOBase):
         return not isinstance(value, _IN_MEMORY_FILES)
-    if isinstance(value, _ITERATORS + _handle_classes()) or _is_db_connection(value):
+    if isinstance(value, _ITERATORS + classes) or _is_db_connection(value):
         return True
+    if cls not in (tuple, list, dict):
+        _plain.add(cls)  # by its type alone (a container's items are looked at each time)
+        return False
     if depth and type(value) in (tuple, list):
         return any(is_handle(v, depth - 1) for v in value[:_CONTAINER_ITEMS])
     if depth and type(value) is dict:

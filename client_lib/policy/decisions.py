@@ -5,6 +5,7 @@ once, where the result is weighed, and never re-read from its text."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["OVER_BUDGET", "Reason", "StoreDecision"]
@@ -31,11 +32,17 @@ class Reason(enum.Enum):
 
 @dataclass(frozen=True)
 class StoreDecision:
-    """``store``: whether to store; ``reason``; ``why``: the numbers, as the report says."""
+    """``store``: whether to store; ``reason``; ``numbers``: the numbers as the report says
+    them, or a function that says them (a run weighs thousands of results and prints the
+    text of a few: formatting each one's cost ~40 ms of a 4k-task run)."""
 
     store: bool
     reason: Reason
-    why: str
+    numbers: str | Callable[[], str]
+
+    @property
+    def why(self) -> str:
+        return self.numbers if isinstance(self.numbers, str) else self.numbers()
 
     @property
     def short(self) -> str:

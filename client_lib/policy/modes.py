@@ -128,28 +128,32 @@ class AutoPolicy(Policy):
 
     def decide(self, c: Candidate) -> StoreDecision:
         recompute = c.compute_seconds + c.upstream_seconds
-        if c.load_seconds is not None:
-            load = c.load_seconds
-            basis = f"learned from {c.load_samples} recent {c.kind} load(s)"
-        else:
-            load = self.load_seconds(c.nbytes)
-            basis = f"default {self.throughput / 1e9:.2g} GB/s, no {c.kind} load of this size yet"
+        load = self.load_seconds(c.nbytes) if c.load_seconds is None else c.load_seconds
         pays = recompute > load
-        why = (f"recompute {recompute:.3g} s {'>' if pays else '<='} load {load:.3g} s "
-               f"({basis})")
+
+        def why() -> str:
+            basis = (f"default {self.throughput / 1e9:.2g} GB/s, no {c.kind} load of this "
+                     "size yet" if c.load_seconds is None
+                     else f"learned from {c.load_samples} recent {c.kind} load(s)")
+            return (f"recompute {recompute:.3g} s {'>' if pays else '<='} load {load:.3g} s "
+                    f"({basis})")
+
         if c.is_output and not pays and c.nbytes < LARGE_BYTES:
-            return StoreDecision(True, Reason.OUTPUT, f"requested output; {why}")
+            return StoreDecision(True, Reason.OUTPUT, lambda: f"requested output; {why()}")
         if not pays or c.is_output or c.run_read_bytes is None:
             return StoreDecision(pays, Reason.PAYS if pays else Reason.DOES_NOT_PAY, why)
         allowed = self.max_run_bytes * c.run_read_bytes + self.min_run_bytes
         if c.run_admitted_bytes + c.nbytes > allowed:
-            bound = (f"the run's intermediates {c.run_admitted_bytes / 2**20:.1f} MiB + this "
-                     f"> {allowed / 2**20:.1f} MiB ({self.max_run_bytes:g} x "
-                     f"{c.run_read_bytes / 2**20:.1f} MiB read + "
-                     f"{self.min_run_bytes / 2**20:.0f} MiB, result-cache.auto.max-run-bytes)")
-            return StoreDecision(False, Reason.OVER_BUDGET, f"{OVER_BUDGET}: {bound}; {why}")
+            def over() -> str:
+                assert c.run_read_bytes is not None
+                bound = (f"the run's intermediates {c.run_admitted_bytes / 2**20:.1f} MiB + "
+                         f"this > {allowed / 2**20:.1f} MiB ({self.max_run_bytes:g} x "
+                         f"{c.run_read_bytes / 2**20:.1f} MiB read + "
+                         f"{self.min_run_bytes / 2**20:.0f} MiB, "
+                         "result-cache.auto.max-run-bytes)")
+                return f"{OVER_BUDGET}: {bound}; {why()}"
+            return StoreDecision(False, Reason.OVER_BUDGET, over)
         return StoreDecision(True, Reason.PAYS, why)
-
 
 @dataclass(frozen=True)
 class AllPolicy(Policy):

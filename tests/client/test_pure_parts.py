@@ -1,15 +1,18 @@
 """The pure parts under a run, without any service: the batch format both sides speak
 (client_lib/wire/batch.py), a run's byte bound (client_lib/policy/budget.py) and its
-tally in one process and across a cluster's workers (client_lib/execution/tally.py)."""
+tally in one process and across a cluster's workers (client_lib/execution/tally.py), and
+which results are handles (client_lib/hashing/handles.py)."""
 
 from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 
 from client_lib.execution import tally as tally_module
 from client_lib.execution.tally import RunTally, Tallies
+from client_lib.hashing.handles import is_handle
 from client_lib.policy.budget import RunBudget
 from client_lib.policy.decisions import Reason, StoreDecision
 from client_lib.policy.modes import AutoPolicy, Candidate
@@ -118,3 +121,20 @@ def test_a_process_forgets_the_oldest_run_s_tally_first(monkeypatch) -> None:
     assert tallies.take("a").empty  # forgotten: a run that never asked for it
     assert tallies.take("d").stored == 1
     assert tallies.take("d").empty  # taken once
+
+
+def test_handles_are_known_by_type_once_and_containers_are_looked_into_each_time(
+        tmp_path) -> None:
+    # The answer for a type is kept (every result of a run is asked): it must not leak
+    # into containers, whose items differ from one value to the next.
+    class Connection:  # DB-API 2.0
+        def cursor(self): ...
+        def commit(self): ...
+        def close(self): ...
+
+    for _ in range(2):
+        assert not is_handle(np.ones(3)) and not is_handle([1, 2]) and not is_handle({})
+        assert is_handle([1, (x for x in ())]) and is_handle({"db": Connection()})
+        assert is_handle(Connection())
+        with open(tmp_path / "f", "w") as f:
+            assert is_handle(f) and is_handle((f,))
