@@ -16,8 +16,10 @@ cost a bounded number of descriptors for a bounded time, and health checks and c
 that send whole requests keep getting in. Behind a proxy exposed to the internet, let the
 proxy bound slow clients as well (docs/design/deployment.md).
 
-The protocol also offers the ASGI zero-copy send extension on plain sockets
-(:mod:`cache_server.api.zero_copy`: object bodies go from file to socket with ``sendfile``).
+On plain sockets the protocol also offers the ASGI zero-copy send extension
+(:mod:`cache_server.api.zero_copy`: object bodies go from file to socket with ``sendfile``)
+and raw upload bodies (:mod:`cache_server.api.raw_body`: large bodies read from the socket
+in pieces of 1 MiB, not as one ASGI message per 256 KiB read).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from cache_server.api.raw_body import RAW_BODY, RawBodyReader
 from cache_server.api.zero_copy import ZERO_COPY, ZeroCopySender
 
 __all__ = ["DEFAULT_HEAD_TIMEOUT", "DEFAULT_MAX_HEADER_BYTES", "bounded_http_protocol"]
@@ -76,12 +79,15 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes: int | None = 0
         self._tail = b""  # the last bytes seen, for an end of head split across reads
         self._zero_copy: ZeroCopySender | None = None
+        self._raw: RawBodyReader | None = None
+        self._parsed = 0  # body bytes of the current request the parser has seen
         self._head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if ZeroCopySender.possible(transport):
             self._zero_copy = ZeroCopySender(transport)
+            self._raw = RawBodyReader(transport, self.flow)
         connections = self._registry
         connections.open += 1
         if connections.open > connections.room():
@@ -101,6 +107,8 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_arrived()
         if self._zero_copy is not None:
             self._zero_copy.close()
+        if self._raw is not None:
+            self._raw.close()
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
@@ -125,7 +133,9 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
         if self._zero_copy is not None:
-            cycle.scope.setdefault("extensions", {})[ZERO_COPY] = {}
+            extensions = cycle.scope.setdefault("extensions", {})
+            extensions[ZERO_COPY] = {}
+            extensions[RAW_BODY] = {"open": lambda: self._open_raw(cycle)}
             app = self._zero_copy.wrap(app, cycle)
         super()._start_asgi_task(cycle, app)
 
@@ -141,8 +151,13 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._tail = window[-(len(_END_OF_HEAD) - 1):]
         super().data_received(data)
 
+    def _open_raw(self, cycle: Any) -> Any:
+        if self._raw is None or cycle is not self.cycle:  # a pipelined request's turn
+            return None
+        return self._raw.open(cycle, self._parsed)
+
     def on_headers_complete(self) -> None:
-        self._head_bytes = None
+        self._head_bytes, self._parsed = None, 0
         self._head_arrived()
         super().on_headers_complete()
 
@@ -150,6 +165,7 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         # uvicorn appends every chunk to a bytearray and hands the app bytes() of it: two
         # copies of an upload on the event loop. A chunk that arrives with nothing else
         # waiting is kept as it is (bytes() of a bytes object is that object).
+        self._parsed += len(body)
         cycle = self.cycle
         if (cycle is None or cycle.body or cycle.response_complete
                 or self.parser.should_upgrade()):

@@ -41,6 +41,7 @@ from cache_server.models import (
     RunWhy,
     Stats,
 )
+from cache_server.service.body import Receiver
 from cache_server.service.budget import DEFAULT_BODY_MEMORY, MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import EntryNotFound, IndexUnavailable, RunNotFound
@@ -123,7 +124,7 @@ class ResultCache:
 
     # -- the write path (.writes) -----------------------------------------------------------
 
-    async def store(self, upload: Upload, chunks: AsyncIterable[bytes]
+    async def store(self, upload: Upload, chunks: AsyncIterable[bytes] | Receiver
                     ) -> tuple[Manifest, bool]:
         """See :meth:`.Writes.store`."""
         return await self.writes.store(upload, chunks)
@@ -137,7 +138,7 @@ class ResultCache:
         return await self.writes.commit_staged(upload, staging_id)
 
     async def store_batch(
-        self, chunks: AsyncIterable[bytes], limit: int,
+        self, chunks: AsyncIterable[bytes] | Receiver, limit: int,
         parse: Callable[[bytearray], list[tuple[Upload, memoryview]]],
         declared: int | None = None,
     ) -> tuple[list[tuple[Upload, memoryview]], list[tuple[Manifest, bool] | Exception]]:

@@ -40,7 +40,7 @@ from redis.exceptions import ExecAbortError, OutOfMemoryError
 from cache_server.index.redis_index import RedisIndex
 from cache_server.metrics import Metrics
 from cache_server.models import Manifest
-from cache_server.service.body import UploadBody
+from cache_server.service.body import Receiver, UploadBody
 from cache_server.service.budget import DEFAULT_BODY_MEMORY, MemoryBudget
 from cache_server.service.capacity import Capacity
 from cache_server.service.errors import (
@@ -92,7 +92,7 @@ class Writes:
         self._uploads = 0  # in flight now
 
     async def store(
-        self, upload: Upload, chunks: AsyncIterable[bytes]
+        self, upload: Upload, chunks: AsyncIterable[bytes] | Receiver
     ) -> tuple[Manifest, bool]:
         """Store an upload whose body arrives as ``chunks``; returns the manifest and
         whether it is new (False: the hash was indexed already, the body is discarded).
@@ -135,7 +135,7 @@ class Writes:
         finally:
             self._uploads -= 1
 
-    def _body(self, chunks: AsyncIterable[bytes]) -> UploadBody:
+    def _body(self, chunks: AsyncIterable[bytes] | Receiver) -> UploadBody:
         """The upload's body, cut off at ``max_body_bytes`` (:class:`BodyTooLarge`) or, when
         lower, at the cap (:class:`NoRoom`)."""
         cap = self.capacity.max_bytes
@@ -281,7 +281,7 @@ class Writes:
     # -- batches of small uploads -----------------------------------------------------------
 
     async def store_batch(
-        self, chunks: AsyncIterable[bytes], limit: int,
+        self, chunks: AsyncIterable[bytes] | Receiver, limit: int,
         parse: Callable[[bytearray], list[tuple[Upload, memoryview]]],
         declared: int | None = None,
     ) -> tuple[list[tuple[Upload, memoryview]], list[tuple[Manifest, bool] | Exception]]:

@@ -14,6 +14,7 @@ from starlette.types import Receive, Scope, Send
 from cache_server.api.auth import WriteAccess
 from cache_server.api.dependencies import CacheDep, SettingsDep, TaskHash
 from cache_server.api.errors import InvalidRequest, status_of
+from cache_server.api.raw_body import upload_chunks
 from cache_server.api.responses import errors
 from cache_server.api.routers.runs import RunHeader
 from cache_server.api.zero_copy import ZERO_COPY
@@ -99,7 +100,7 @@ UploadHeaders = Annotated[Upload, Depends(upload_headers)]
 async def put_object(request: Request, upload: UploadHeaders, cache: CacheDep) -> Response:
     """Store a result. Durable before indexed; idempotent (``overwrite=true`` replaces an
     existing entry instead); nothing kept on any error."""
-    manifest, created = await cache.store(upload, request.stream())
+    manifest, created = await cache.store(upload, upload_chunks(request))
     return stored_answer(manifest, created)
 
 
@@ -265,7 +266,7 @@ async def store_batch(request: Request, cache: CacheDep) -> JSONResponse:
     length = _parse_content_length(request.headers.get("content-length"))
     if length is not None and length > bounds.MAX_BATCH_BYTES:
         raise BodyTooLarge(bounds.MAX_BATCH_BYTES)
-    uploads, outcomes = await cache.store_batch(request.stream(), bounds.MAX_BATCH_BYTES,
+    uploads, outcomes = await cache.store_batch(upload_chunks(request), bounds.MAX_BATCH_BYTES,
                                                 parse_batch, length)
     results = []
     for (upload, _), outcome in zip(uploads, outcomes, strict=True):
