@@ -154,7 +154,7 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
     def _open_raw(self, cycle: Any) -> Any:
         if self._raw is None or cycle is not self.cycle:  # a pipelined request's turn
             return None
-        return self._raw.open(cycle, self._parsed)
+        return self._raw.open(cycle, lambda: self._parsed)
 
     def on_headers_complete(self) -> None:
         self._head_bytes, self._parsed = None, 0

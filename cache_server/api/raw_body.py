@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -41,34 +41,54 @@ def upload_chunks(request: Request) -> AsyncIterable[bytes] | RawBody:
 
 
 class RawBody:
-    """The rest of one request's body: the bytes the parser buffered, then the socket's
-    (a :class:`cache_server.service.body.Receiver`)."""
+    """The rest of one request's body (a :class:`cache_server.service.body.Receiver`):
+    taken from the connection at the first read (a route that answers before reading
+    leaves the connection as it was), then the bytes the parser buffered, then the
+    socket's."""
 
-    def __init__(self, sock: socket.socket, buffered: bytes, left: int) -> None:
-        self._sock = sock
-        self._buffered = memoryview(buffered)
-        self._left = left  # bytes still to come from the socket
+    def __init__(self, reader: RawBodyReader, cycle: Any, parsed: Callable[[], int],
+                 length: int) -> None:
+        self._reader = reader
+        self._cycle = cycle
+        self._parsed = parsed  # body bytes the parser has seen (it goes on until we start)
+        self._length = length
+        self._sock: socket.socket | None = None
+        self._buffered = memoryview(b"")
+        self.left = 0  # bytes still to come from the socket
+
+    def _start(self) -> socket.socket:
+        cycle = self._cycle
+        if cycle.disconnected:
+            raise ClientDisconnect()
+        self._reader.flow.pause_reading()  # the parser gets no more of this connection
+        buffered, cycle.body = cycle.body, bytearray()
+        cycle.keep_alive = False
+        self._buffered = memoryview(bytes(buffered))
+        self.left = self._length - self._parsed()
+        self._sock = self._reader.socket(self)
+        return self._sock
 
     async def recv_into(self, view: memoryview) -> int:
+        sock = self._sock or self._start()
         if self._buffered:
             n = min(len(view), len(self._buffered))
             view[:n] = self._buffered[:n]
             self._buffered = self._buffered[n:]
             return n
-        if not self._left:
+        if not self.left:
             return 0
-        view = view[:self._left]
+        view = view[:self.left]
         while True:
             try:
-                n = self._sock.recv_into(view)
+                n = sock.recv_into(view)
             except BlockingIOError:
-                await _readable(self._sock)
+                await _readable(sock)
                 continue
             except OSError as exc:  # reset by the peer, or closed under us
                 raise ClientDisconnect() from exc
             if not n:
                 raise ClientDisconnect()
-            self._left -= n
+            self.left -= n
             return n
 
 
@@ -80,31 +100,76 @@ class RawBodyReader:
         self.transport = transport
         self.flow = flow
         self._sock: socket.socket | None = None
+        self._body: RawBody | None = None  # the body being read, if any
 
-    def open(self, cycle: Any, parsed: int) -> RawBody | None:
-        """The rest of ``cycle``'s request body (``parsed``: its bytes the parser has seen,
-        those still buffered in ``cycle.body`` included), or None when it should come
-        through the ASGI messages: not a ``Content-Length`` body, little of it left,
+    def open(self, cycle: Any, parsed: Callable[[], int]) -> RawBody | None:
+        """The rest of ``cycle``'s request body (``parsed()``: its bytes the parser has
+        seen, those still buffered in ``cycle.body`` included), or None when it should
+        come through the ASGI messages: not a ``Content-Length`` body, little of it left,
         part of it already handed to the app, or the connection going away."""
         length = _content_length(cycle.scope["headers"])
-        buffered = cycle.body
+        seen = parsed()
         if (length is None or not cycle.more_body or cycle.disconnected
                 or cycle.waiting_for_100_continue or self.transport.is_closing()
-                or parsed != len(buffered) or length - parsed < RAW_MIN_BYTES):
+                or seen != len(cycle.body) or length - seen < RAW_MIN_BYTES):
             return None
-        self.flow.pause_reading()  # the parser gets no more of this connection
-        cycle.body = bytearray()
-        cycle.keep_alive = False
+        return RawBody(self, cycle, parsed, length)
+
+    def socket(self, body: RawBody) -> socket.socket:
+        """The duplicate of the connection's socket that ``body`` reads."""
+        self._body = body
         if self._sock is None:
             self._sock = socket.socket(fileno=os.dup(self.transport.get_extra_info(
                 "socket").fileno()))
             self._sock.setblocking(False)
-        return RawBody(self._sock, bytes(buffered), length - parsed)
+        return self._sock
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        """Once uvicorn closed its side: a body answered before it was read whole (a
+        refusal mid-way) is read on and dropped for a bounded time before the socket
+        closes, so that the client reads the answer instead of a reset."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        if self._body is None or not self._body.left or _lingering[0] >= MAX_LINGERING:
+            sock.close()
+            return
+        try:
+            sock.shutdown(socket.SHUT_WR)  # after the answer uvicorn wrote
+        except OSError:
+            sock.close()
+            return
+        _lingering[0] += 1
+        asyncio.ensure_future(_linger(sock, self._body.left))
+
+
+#: Sockets read on and dropped after their answer (lingering closes) at once, per process,
+#: and how long each may take: beyond either, a socket is closed at once.
+MAX_LINGERING = 64
+LINGER_SECONDS = 2.0
+_lingering = [0]
+
+
+async def _linger(sock: socket.socket, left: int) -> None:
+    """Read and drop what the client still sends of its body, up to ``left`` bytes, its
+    end, an error or ``LINGER_SECONDS``; then close."""
+    scratch = memoryview(bytearray(2**16))
+    try:
+        async with asyncio.timeout(LINGER_SECONDS):
+            while left > 0:
+                try:
+                    n = sock.recv_into(scratch)
+                except BlockingIOError:
+                    await _readable(sock)
+                    continue
+                if not n:
+                    break
+                left -= n
+    except (TimeoutError, OSError):
+        pass
+    finally:
+        _lingering[0] -= 1
+        sock.close()
 
 
 async def _readable(sock: socket.socket) -> None:

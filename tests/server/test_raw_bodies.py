@@ -8,6 +8,7 @@ hold as on the message path."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -117,3 +118,41 @@ def test_a_raw_body_with_the_wrong_digest_is_refused(cache_server: RunningServer
         task_hash = new_hash()
         assert put(client, task_hash, forged).status_code == 400
         assert client.get(f"/v1/objects/{task_hash}").status_code == 404
+
+
+def test_a_body_refused_midway_still_gets_its_answer(cache_server: RunningServer) -> None:
+    # A bool array with a 2 in its first piece is refused at once, 7 MiB before its end:
+    # the socket is then read on and dropped briefly (a lingering close), so the client
+    # reads the 400 instead of a connection reset.
+    value = encode_array(np.zeros(8 * 2**20, dtype=bool))
+    body = b"\x02" + value.body[1:]
+    task_hash = new_hash()
+    with _connect(cache_server) as sock:
+        def send() -> None:
+            try:
+                sock.sendall(_head(cache_server, f"/v1/objects/{task_hash}", len(body),
+                                   value.headers()) + body)
+            except OSError:
+                pass  # the answer is what the test reads
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            answer = _answer(sock)
+        finally:
+            sender.join()
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"only the bytes 0 and 1" in answer
+
+
+def test_an_upload_refused_before_its_body_keeps_its_connection(
+        fresh_server: FreshServer) -> None:
+    # Refused on its declared size, before a byte of its body is read: the body never
+    # leaves the ASGI messages, so the connection is not closed for it.
+    server = fresh_server(max_bytes=2**20)
+    value = encode_array(np.ones(2**19))  # 4 MiB, larger than the whole cache
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        response = put(client, new_hash(), value)
+        assert response.status_code == 507, response.text
+        assert "close" not in response.headers.get("connection", "")
+        assert client.get("/healthz").status_code == 200
