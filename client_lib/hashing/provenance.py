@@ -171,6 +171,12 @@ def _stdlib_dirs() -> tuple[str, ...]:
     return tuple(os.path.realpath(p) + os.sep for p in paths)
 
 
+# Found at import rather than by a run's first hash: ``sysconfig.get_paths`` first loads
+# the interpreter's build configuration (~2 ms in a fresh process's first call).
+_site_dirs()
+_stdlib_dirs()
+
+
 @functools.cache
 def _installed_versions() -> dict[str, tuple[str, str]]:
     """Normalised distribution name -> (version, ``*.dist-info`` path), from the directory
