@@ -131,7 +131,7 @@ class RawBodyReader:
         sock, self._sock = self._sock, None
         if sock is None:
             return
-        if self._body is None or not self._body.left or _lingering[0] >= MAX_LINGERING:
+        if self._body is None or not self._body.left or len(_lingering) >= MAX_LINGERING:
             sock.close()
             return
         try:
@@ -139,15 +139,16 @@ class RawBodyReader:
         except OSError:
             sock.close()
             return
-        _lingering[0] += 1
-        asyncio.ensure_future(_linger(sock, self._body.left))
+        task = asyncio.ensure_future(_linger(sock, self._body.left))
+        _lingering.add(task)  # held here until done: the loop keeps only weak references
+        task.add_done_callback(_lingering.discard)
 
 
 #: Sockets read on and dropped after their answer (lingering closes) at once, per process,
 #: and how long each may take: beyond either, a socket is closed at once.
 MAX_LINGERING = 64
 LINGER_SECONDS = 2.0
-_lingering = [0]
+_lingering: set[asyncio.Future] = set()
 
 
 async def _linger(sock: socket.socket, left: int) -> None:
@@ -168,7 +169,6 @@ async def _linger(sock: socket.socket, left: int) -> None:
     except (TimeoutError, OSError):
         pass
     finally:
-        _lingering[0] -= 1
         sock.close()
 
 
