@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect, Request
 
 __all__ = ["RAW_BODY", "RAW_MIN_BYTES", "RawBody", "RawBodyReader", "upload_chunks"]
 
-#: The ASGI extension's name (ours): ``{"open": () -> AsyncIterator[bytes] | None}``.
+#: The ASGI extension's name (ours): ``{"open": () -> RawBody | None}``.
 RAW_BODY = "result-cache.raw-body"
 #: Bodies with fewer bytes left to arrive go through the ASGI messages (and keep-alive).
 RAW_MIN_BYTES = 2**20

@@ -35,8 +35,8 @@ from .direct import local_path, slab_plan
 __all__ = ["DIRECT_WRITE_MIN_BYTES", "DirectWriteFailed", "Staged", "allowed",
            "commit_headers", "direct_write_mode", "stage_files"]
 
-#: Values this large are written directly (smaller ones go in batches: one request, no
-#: staging round trips).
+#: Values this large are written directly; smaller ones go in a batch or one PUT (one
+#: request, where a direct write costs two calls and its staging files).
 DIRECT_WRITE_MIN_BYTES = MAX_BATCH_OBJECT_BYTES + 1
 _WRITE_THREADS = 4
 
