@@ -86,6 +86,26 @@ def test_the_packed_lease_answers_one_byte_per_hash_in_order(client):
     assert released.json()["released"] == len(hashes) - len(stored) - len(held)
 
 
+@pytest.mark.slow
+def test_leases_on_a_redis_cluster_answer_every_hash_in_order(fresh_server,
+                                                             redis_cluster_url):
+    # Each shard runs the script on its part (packed, as one argument): the answers come
+    # back in request order through both routes.
+    server = fresh_server(redis=redis_cluster_url)
+    a, b = "run-" + uuid.uuid4().hex, "run-" + uuid.uuid4().hex
+    hashes = [new_hash() for _ in range(3000)]
+    stored, held = hashes[5:8], [hashes[0], hashes[2999]]
+    with httpx.Client(base_url=server.url) as client:
+        for h in stored:
+            assert put(client, h, encode_pickle(h)).status_code == 201
+        assert lease(client, b, *held).json()["granted"] == held
+        expected = bytes(1 if h in stored else 2 if h in held else 0 for h in hashes)
+        assert lease_packed(client, a, *hashes).content == expected
+        answer = lease(client, b, *hashes[:100]).json()  # a's leases now
+        assert answer["stored"] == stored and answer["granted"] == [hashes[0]]
+        assert answer["held"] == [h for h in hashes[1:100] if h not in stored]
+
+
 def test_the_packed_lease_is_bounded(client):
     h = new_hash()
     for holder, ttl, content in (("x", 0.5, None), ("x", 7200, None), ("x", "nan", None),
